@@ -1,0 +1,3 @@
+"""Orchard: an open-source agentic modeling framework."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The in-sandbox agent (``orchard env agent``): exec, streaming, processes, files and patches."""

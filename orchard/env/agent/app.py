@@ -1,0 +1,194 @@
+"""The in-sandbox agent: a small FastAPI app, the same program on every backend.
+
+Every endpoint in :data:`orchard.env.api.HOT_ROUTES` is implemented here; the orchestrator only
+forwards to them. ``/health`` is open (for readiness probes); everything else needs the
+per-sandbox bearer token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from orchard import __version__
+from orchard.env import api
+from orchard.env.agent import files
+from orchard.env.agent.children import REAPER
+from orchard.env.agent.execution import CappedBuffer, run
+from orchard.env.agent.patch import apply_patch
+from orchard.env.agent.paths import SandboxRoot
+from orchard.env.agent.processes import ProcessTable
+from orchard.env.auth import BearerAuth
+from orchard.env.problems import install_problem_handlers
+
+AGENT_OOM_SCORE_ADJ = -900
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    token: str
+    root: str = "/"
+    workdir: str = "/workspace"
+    state_dir: str = "/tmp/.orchard-agent"
+    env: tuple[tuple[str, str], ...] = ()  # base environment of commands
+
+
+def _protect_agent() -> None:
+    """Make the agent the last thing the OOM killer picks (commands run at +1000)."""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write(str(AGENT_OOM_SCORE_ADJ))
+
+
+def _json(model: api.BaseModel, status: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
+
+
+def create_app(config: AgentConfig) -> BearerAuth:
+    root = SandboxRoot(config.root, config.workdir)
+    processes = ProcessTable(os.path.join(config.state_dir, "processes"))
+    base_env = dict(config.env)
+    started = time.time()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        _protect_agent()
+        REAPER.install(asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            processes.kill_all()
+            REAPER.uninstall()
+
+    app = FastAPI(title="Orchard Env agent", version=__version__, lifespan=lifespan)
+    install_problem_handlers(app)
+
+    def command_env(extra: dict[str, str]) -> dict[str, str]:
+        return {**base_env, **extra} if extra else base_env
+
+    @app.get("/health", response_model=api.Health)
+    async def health() -> Response:
+        return _json(api.Health(version=__version__, pid=os.getpid(), uptime=time.time() - started))
+
+    @app.post("/exec", response_model=api.ExecResponse)
+    async def exec_command(request: api.ExecRequest) -> Response:
+        cwd = root.workdir_path(request.cwd)
+        out, err = CappedBuffer(request.max_output_bytes), CappedBuffer(request.max_output_bytes)
+        outcome = await run(request.command, cwd=cwd, env=command_env(request.env), stdin=request.stdin_bytes(),
+                            timeout=request.timeout, stdout_sink=out.write, stderr_sink=err.write)
+        stdout, stdout_encoding = api.encode_output(out.getvalue())
+        stderr, stderr_encoding = api.encode_output(err.getvalue())
+        return _json(api.ExecResponse(
+            exit_code=outcome.exit_code, stdout=stdout, stderr=stderr, stdout_encoding=stdout_encoding,
+            stderr_encoding=stderr_encoding, stdout_total=out.total, stderr_total=err.total,
+            timed_out=outcome.timed_out, truncated=out.truncated or err.truncated, duration=outcome.duration,
+        ))
+
+    @app.post("/exec/stream", response_class=StreamingResponse)
+    async def exec_stream(request: api.ExecRequest) -> StreamingResponse:
+        cwd = root.workdir_path(request.cwd)
+        env, stdin = command_env(request.env), request.stdin_bytes()
+
+        async def events() -> AsyncIterator[bytes]:
+            chunks: asyncio.Queue[api.StreamEvent] = asyncio.Queue(maxsize=16)
+
+            def sink(kind: str):
+                async def put(data: bytes) -> None:
+                    text, encoding = api.encode_output(data)
+                    await chunks.put(api.StreamEvent(type=kind, data=text, encoding=encoding))
+                return put
+
+            task = asyncio.ensure_future(run(request.command, cwd=cwd, env=env, stdin=stdin, timeout=request.timeout,
+                                             stdout_sink=sink("stdout"), stderr_sink=sink("stderr")))
+            try:
+                while True:
+                    getter = asyncio.ensure_future(chunks.get())
+                    await asyncio.wait([getter, task], return_when=asyncio.FIRST_COMPLETED)
+                    if getter.done():
+                        yield getter.result().model_dump_json().encode() + b"\n"
+                        continue
+                    getter.cancel()
+                    break
+                while not chunks.empty():
+                    yield chunks.get_nowait().model_dump_json().encode() + b"\n"
+                outcome = task.result()
+                yield api.StreamEvent(type="exit", exit_code=outcome.exit_code, timed_out=outcome.timed_out,
+                                      duration=outcome.duration).model_dump_json().encode() + b"\n"
+            finally:
+                task.cancel()  # a client that hangs up kills the command
+                await asyncio.gather(task, return_exceptions=True)
+
+        return StreamingResponse(events(), media_type="application/x-ndjson")
+
+    # ----------------------------------------------------------------- processes
+
+    @app.post("/processes", response_model=api.ProcessInfo)
+    async def process_start(request: api.ProcessStartRequest) -> Response:
+        cwd = root.workdir_path(request.cwd)
+        return _json(processes.start(request.command, cwd=cwd, env=command_env(request.env), name=request.name))
+
+    @app.get("/processes", response_model=list[api.ProcessInfo])
+    async def process_list() -> list[api.ProcessInfo]:
+        return processes.list()
+
+    @app.get("/processes/{process_id}", response_model=api.ProcessInfo)
+    async def process_get(process_id: str) -> Response:
+        return _json(processes.get(process_id).info())
+
+    @app.get("/processes/{process_id}/logs")
+    async def process_logs(process_id: str, offset: int = Query(0, ge=0),
+                           limit: int = Query(1 << 20, gt=0, le=16 << 20)) -> Response:
+        data, next_offset = processes.read_log(process_id, offset, limit)
+        return Response(data, media_type="application/octet-stream",
+                        headers={api.NEXT_OFFSET_HEADER: str(next_offset)})
+
+    @app.delete("/processes/{process_id}", response_model=api.ProcessInfo)
+    async def process_kill(process_id: str, signal_number: int = Query(int(signal.SIGKILL), alias="signal")) -> Response:
+        return _json(processes.kill(process_id, signal_number))
+
+    # --------------------------------------------------------------------- files
+
+    @app.put("/files", response_model=api.FileInfo)
+    async def file_write(request: Request, path: str, mode: int | None = Query(None, ge=0, le=0o7777)) -> Response:
+        return _json(await files.write_file(root, path, request.stream(), mode))
+
+    @app.get("/files", response_class=StreamingResponse)
+    async def file_read(path: str) -> StreamingResponse:
+        fd, size = files.open_for_read(root, path)
+        return StreamingResponse(files.iter_fd(fd), media_type="application/octet-stream",
+                                 headers={"content-length": str(size)})
+
+    @app.delete("/files", status_code=204)
+    async def file_delete(path: str) -> Response:
+        files.delete_path(root, path)
+        return Response(status_code=204)
+
+    @app.get("/files/list", response_model=list[api.FileInfo])
+    async def file_list(path: str) -> list[api.FileInfo]:
+        return files.list_dir(root, path)
+
+    @app.get("/files/stat", response_model=api.FileInfo)
+    async def file_stat(path: str) -> Response:
+        return _json(files.stat_path(root, path))
+
+    @app.put("/archive", response_model=api.FileInfo)
+    async def archive_write(request: Request, path: str) -> Response:
+        return _json(await files.extract_tar(root, path, request.stream()))
+
+    @app.get("/archive", response_class=StreamingResponse)
+    async def archive_read(path: str) -> StreamingResponse:
+        return StreamingResponse(files.tar_directory(root, path), media_type="application/x-tar")
+
+    @app.post("/patch", response_model=api.PatchResponse)
+    async def patch(request: api.PatchRequest) -> Response:
+        return _json(await apply_patch(request.diff, root.workdir_path(request.cwd), request.fuzz))
+
+    return BearerAuth(app, config.token, exempt=frozenset({"/health"}))

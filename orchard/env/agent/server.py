@@ -1,0 +1,50 @@
+"""Start the agent: read the token, build the app and serve it on a Unix socket or TCP."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import uvicorn
+
+from orchard.env.agent.app import AgentConfig, create_app
+
+TOKEN_ENV = "ORCHARD_AGENT_TOKEN"
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="orchard env agent", description=__doc__)
+    listen = parser.add_mutually_exclusive_group(required=True)
+    listen.add_argument("--uds", help="listen on this Unix socket")
+    listen.add_argument("--port", type=int, help="listen on this TCP port")
+    parser.add_argument("--host", default="0.0.0.0", help="TCP address (with --port)")
+    parser.add_argument("--root", default="/", help="directory served as the sandbox's '/'")
+    parser.add_argument("--workdir", default="/workspace", help="default cwd of commands")
+    parser.add_argument("--state-dir", default="/tmp/.orchard-agent", help="process logs and temp files")
+    parser.add_argument("--token-file", help=f"file holding the token (default: ${TOKEN_ENV})")
+    return parser
+
+
+def run_agent(args: argparse.Namespace) -> None:
+    if args.token_file:
+        with open(args.token_file) as handle:
+            token = handle.read().strip()
+        os.unlink(args.token_file)
+    else:
+        token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        raise SystemExit(f"the agent needs a token: pass --token-file or set ${TOKEN_ENV}")
+    # Commands inherit the agent's environment, never its secrets.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHARD_AGENT")}
+    os.environ.pop(TOKEN_ENV, None)
+    config = AgentConfig(token=token, root=args.root, workdir=args.workdir, state_dir=args.state_dir,
+                         env=tuple(env.items()))
+    app = create_app(config)
+    if args.uds:
+        uvicorn.run(app, uds=args.uds, log_level="warning", access_log=False)
+    else:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+
+
+def main() -> None:
+    run_agent(build_parser().parse_args())

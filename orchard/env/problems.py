@@ -1,0 +1,66 @@
+"""Problem-detail errors for the agent and the orchestrator.
+
+Both servers raise :class:`ProblemError` and install :func:`install_problem_handlers`, so every
+error, including request-validation errors and unexpected exceptions, is answered with a JSON
+problem body that carries a stable ``code``, never with a bare 500 and a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from orchard.env.api import ErrorCode, Problem
+
+log = logging.getLogger(__name__)
+
+_STATUS_CODES = {
+    401: ErrorCode.UNAUTHORIZED,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    400: ErrorCode.INVALID_REQUEST,
+    422: ErrorCode.INVALID_REQUEST,
+}
+
+
+class ProblemError(Exception):
+    """An error that becomes a problem-detail response."""
+
+    def __init__(self, status: int, code: ErrorCode, detail: str = "") -> None:
+        super().__init__(detail or code.value)
+        self.status = status
+        self.code = code
+        self.detail = detail
+
+
+def problem_response(status: int, code: ErrorCode, detail: str = "", headers: dict | None = None) -> JSONResponse:
+    body = Problem(title=code.value.replace("_", " "), status=status, code=code, detail=detail)
+    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers,
+                        media_type="application/problem+json")
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ProblemError)
+    async def _problem(_: Request, exc: ProblemError) -> JSONResponse:
+        return problem_response(exc.status, exc.code, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = "; ".join(
+            f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', '')}" for err in exc.errors()
+        )
+        return problem_response(422, ErrorCode.INVALID_REQUEST, errors[:2000])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, ErrorCode.INVALID_REQUEST)
+        return problem_response(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(500, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:500])
