@@ -148,10 +148,11 @@ async def run(
         os.set_blocking(in_w, False)
     else:
         in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
+    open_fds = {out_r, err_r, in_w} - {-1}  # parent ends, closed once the command is done
     try:
         pid, exited = spawn(command, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w)
     except BaseException:
-        for fd in open_fds:
+        for fd in list(open_fds):
             os.close(fd)
         raise
     finally:
@@ -159,7 +160,6 @@ async def run(
             os.close(fd)
 
     pumps = [asyncio.ensure_future(_pump(out_r, stdout_sink)), asyncio.ensure_future(_pump(err_r, stderr_sink))]
-    open_fds = {out_r, err_r, in_w} - {-1}
     feeder = asyncio.ensure_future(_feed(in_w, stdin, open_fds)) if stdin else None
     timed_out = False
     try:
@@ -181,6 +181,6 @@ async def run(
             if task is not None:
                 task.cancel()
         await asyncio.gather(*pumps, *([feeder] if feeder else []), return_exceptions=True)
-        for fd in open_fds:
+        for fd in list(open_fds):
             os.close(fd)
     return Outcome(exit_code=exit_code, timed_out=timed_out, duration=time.monotonic() - start)
