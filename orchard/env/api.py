@@ -19,7 +19,7 @@ import base64
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -300,7 +300,7 @@ class HotRoute:
     path: str
     summary: str
     body: type[BaseModel] | Literal["raw"] | None = None
-    response: type[BaseModel] | Literal["raw", "ndjson"] | None = None
+    response: Any = None  # a model, list[model], "raw", "ndjson" or None
     query: tuple[tuple[str, str, bool], ...] = ()  # (name, json type, required)
     serialised: bool = False  # the orchestrator holds the sandbox's exec lock around it
 
@@ -314,7 +314,7 @@ HOT_ROUTES: tuple[HotRoute, ...] = (
              ExecRequest, "ndjson", serialised=True),
     HotRoute("process_start", "POST", "/processes", "Start a background process.", ProcessStartRequest,
              ProcessInfo),
-    HotRoute("process_list", "GET", "/processes", "List background processes.", None, ProcessInfo),
+    HotRoute("process_list", "GET", "/processes", "List background processes.", None, list[ProcessInfo]),
     HotRoute("process_get", "GET", "/processes/{process_id}", "Status of a background process.", None,
              ProcessInfo),
     HotRoute("process_logs", "GET", "/processes/{process_id}/logs",
@@ -326,7 +326,7 @@ HOT_ROUTES: tuple[HotRoute, ...] = (
              (*_PATH_Q, ("mode", "integer", False))),
     HotRoute("file_read", "GET", "/files", "Read a file as a raw byte stream.", None, "raw", _PATH_Q),
     HotRoute("file_delete", "DELETE", "/files", "Delete a file or directory tree.", None, None, _PATH_Q),
-    HotRoute("file_list", "GET", "/files/list", "List a directory.", None, FileInfo, _PATH_Q),
+    HotRoute("file_list", "GET", "/files/list", "List a directory.", None, list[FileInfo], _PATH_Q),
     HotRoute("file_stat", "GET", "/files/stat", "Stat a path (symlinks are not followed).", None, FileInfo,
              _PATH_Q),
     HotRoute("archive_write", "PUT", "/archive", "Extract a tar (optionally gzip) body into a directory.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 import uvicorn
@@ -22,6 +23,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--workdir", default="/workspace", help="default cwd of commands")
     parser.add_argument("--state-dir", default="/tmp/.orchard-agent", help="process logs and temp files")
     parser.add_argument("--token-file", help=f"file holding the token (default: ${TOKEN_ENV})")
+    parser.add_argument("--env-file", help="JSON object of extra environment variables for commands")
     return parser
 
 
@@ -36,6 +38,9 @@ def run_agent(args: argparse.Namespace) -> None:
         raise SystemExit(f"the agent needs a token: pass --token-file or set ${TOKEN_ENV}")
     # Commands inherit the agent's environment, never its secrets.
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHARD_AGENT")}
+    if args.env_file:
+        with open(args.env_file) as handle:
+            env.update(json.load(handle))
     os.environ.pop(TOKEN_ENV, None)
     config = AgentConfig(token=token, root=args.root, workdir=args.workdir, state_dir=args.state_dir,
                          env=tuple(env.items()))

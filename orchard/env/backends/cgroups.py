@@ -1,0 +1,114 @@
+"""Per-sandbox resource limits with cgroups (v2 or v1), or rlimits where cgroups are out of reach.
+
+A sandbox gets one cgroup per controller it needs (``memory``, ``pids``, ``cpu``). Its launcher
+process joins them before it creates any namespace, so every process of the sandbox is counted,
+and deleting the sandbox can kill exactly the processes left in its cgroup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+CPU_PERIOD_US = 100_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int
+    pids: int
+    cpu: float
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(value)
+
+
+class CgroupManager:
+    """Creates, fills and removes the cgroups of sandboxes under ``<root>/<group>/``."""
+
+    def __init__(self, group: str = "orchard", root: str = CGROUP_ROOT) -> None:
+        self.group = group
+        self.root = root
+        self.version = 2 if os.path.exists(os.path.join(root, "cgroup.controllers")) else 1
+        self.available = self._prepare()
+
+    def _bases(self) -> dict[str, str]:
+        if self.version == 2:
+            return {"unified": os.path.join(self.root, self.group)}
+        return {c: os.path.join(self.root, c, self.group) for c in ("memory", "pids", "cpu")}
+
+    def _prepare(self) -> bool:
+        try:
+            for base in self._bases().values():
+                os.makedirs(base, exist_ok=True)
+            if self.version == 2:
+                _write(os.path.join(self._bases()["unified"], "cgroup.subtree_control"), "+memory +pids +cpu")
+            return True
+        except OSError as exc:
+            log.warning("cgroups unavailable (%s); falling back to rlimits", exc)
+            return False
+
+    def paths(self, sandbox_id: str) -> dict[str, str]:
+        return {c: os.path.join(base, sandbox_id) for c, base in self._bases().items()}
+
+    def create(self, sandbox_id: str, limits: Limits) -> list[str]:
+        """Create the sandbox's cgroups; return the ``cgroup.procs`` files its launcher must join."""
+        paths = self.paths(sandbox_id)
+        for path in paths.values():
+            os.makedirs(path, exist_ok=True)
+        quota = max(1000, int(limits.cpu * CPU_PERIOD_US))
+        if self.version == 2:
+            unified = paths["unified"]
+            _write(os.path.join(unified, "memory.max"), str(limits.memory_bytes))
+            with contextlib.suppress(OSError):
+                _write(os.path.join(unified, "memory.swap.max"), "0")
+            _write(os.path.join(unified, "pids.max"), str(limits.pids))
+            _write(os.path.join(unified, "cpu.max"), f"{quota} {CPU_PERIOD_US}")
+        else:
+            _write(os.path.join(paths["memory"], "memory.limit_in_bytes"), str(limits.memory_bytes))
+            _write(os.path.join(paths["pids"], "pids.max"), str(limits.pids))
+            _write(os.path.join(paths["cpu"], "cpu.cfs_period_us"), str(CPU_PERIOD_US))
+            _write(os.path.join(paths["cpu"], "cpu.cfs_quota_us"), str(quota))
+        return [os.path.join(path, "cgroup.procs") for path in paths.values()]
+
+    def pids(self, sandbox_id: str) -> set[int]:
+        found: set[int] = set()
+        for path in self.paths(sandbox_id).values():
+            with contextlib.suppress(FileNotFoundError), open(os.path.join(path, "cgroup.procs")) as handle:
+                found.update(int(line) for line in handle if line.strip())
+        return found
+
+    def kill_and_remove(self, sandbox_id: str, timeout: float = 5.0) -> None:
+        """SIGKILL every process in the sandbox's cgroups, then remove them."""
+        deadline = time.monotonic() + timeout
+        while (pids := self.pids(sandbox_id)) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+        for path in self.paths(sandbox_id).values():
+            with contextlib.suppress(FileNotFoundError, OSError):
+                os.rmdir(path)
+
+    def list(self) -> set[str]:
+        """Sandbox ids that still have cgroups (used to find leaks)."""
+        found: set[str] = set()
+        for base in self._bases().values():
+            with contextlib.suppress(FileNotFoundError):
+                found.update(e.name for e in os.scandir(base) if e.is_dir())
+        return found
+
+
+def rlimit_prefix(limits: Limits) -> str:
+    """Shell ``ulimit`` lines: the fallback when cgroups are not available (weaker: per process)."""
+    kib = limits.memory_bytes // 1024
+    return f"ulimit -v {kib} 2>/dev/null; ulimit -u {limits.pids} 2>/dev/null; "

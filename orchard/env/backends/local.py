@@ -1,0 +1,239 @@
+"""The local backend: each sandbox is the agent in its own Linux namespaces on this machine.
+
+Layout of one sandbox under ``<state_dir>/sandboxes/<id>/``::
+
+    upper/ work/ merged/   overlay of the host's / (read-only) with a private writable layer
+    private/N              empty directories that hide host paths (/root, /home, /tmp, ...)
+    run/                   agent.sock, token (deleted once read), env.json, state/ -> /run/orchard
+    launcher.json          pid and start time of the launcher, to recover after a restart
+    agent.log              the agent's stdout/stderr
+
+The launcher is ``unshare`` (util-linux), run as a new session so the sandbox outlives the
+orchestrator process: a restarted orchestrator re-adopts it through the store, or reaps it.
+
+Isolation needs root or unprivileged user namespaces; without both, creation fails with
+``isolation_unavailable`` unless the spec says ``isolation="none"``, which runs the agent as a
+plain host process confined only in what the file API will touch (unsafe; for debugging).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from importlib import resources
+
+from orchard.env.api import ErrorCode, SandboxSpec
+from orchard.env.backends.base import BackendError, SandboxHandle
+from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_prefix
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HIDE = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media", "/srv")
+# What processes in a sandbox keep: Docker's default set, less mknod.
+SANDBOX_CAPS = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+                "net_bind_service", "net_raw", "sys_chroot", "audit_write", "setfcap")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _start_time(pid: int) -> int | None:
+    """The process start time in clock ticks (guards against pid reuse)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[19])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None
+
+
+def _runtime_paths() -> list[str]:
+    """Host paths the agent needs to run inside the sandbox: its Python and the orchard package."""
+    import orchard
+
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(orchard.__file__)))
+    candidates = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, package_dir)}
+    # Nested paths are covered by their parent's bind mount.
+    return sorted(p for p in candidates if not any(p != q and p.startswith(q + "/") for q in candidates))
+
+
+def user_namespaces_work() -> bool:
+    """Whether this unprivileged user can create a user namespace (needed without root)."""
+    try:
+        return subprocess.run(["unshare", "--user", "--map-root-user", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, state_dir: str, hide: tuple[str, ...] = DEFAULT_HIDE) -> None:
+        self.state_dir = os.path.realpath(state_dir)
+        self.sandboxes_dir = os.path.join(self.state_dir, "sandboxes")
+        os.makedirs(self.sandboxes_dir, exist_ok=True)
+        os.chmod(self.state_dir, 0o700)
+        self.hide = tuple(dict.fromkeys((*hide, self.state_dir)))
+        for path in (*self.hide, *_runtime_paths()):
+            if any(c.isspace() for c in path):
+                raise ValueError(f"paths with whitespace are not supported here: {path!r}")
+        # One cgroup group per state dir, so that orchestrators with different state dirs never
+        # mistake each other's sandboxes for orphans.
+        digest = hashlib.sha256(self.state_dir.encode()).hexdigest()[:10]
+        self.cgroups = CgroupManager(group=f"orchard-{digest}")
+        self.rootful = os.geteuid() == 0
+        self._userns: bool | None = None
+        self._launchers: dict[str, asyncio.subprocess.Process] = {}
+
+    # ---------------------------------------------------------------- helpers
+
+    def _dir(self, sandbox_id: str) -> str:
+        if not sandbox_id.isalnum():
+            raise BackendError(f"invalid sandbox id {sandbox_id!r}", 400, ErrorCode.INVALID_REQUEST)
+        return os.path.join(self.sandboxes_dir, sandbox_id)
+
+    def _check_isolation(self) -> None:
+        if self.rootful:
+            return
+        if self._userns is None:
+            self._userns = user_namespaces_work()
+        if not self._userns:
+            raise BackendError(
+                "sandbox isolation needs root or unprivileged user namespaces, and this kernel allows "
+                "neither (see /proc/sys/user/max_user_namespaces and kernel.apparmor_restrict_"
+                "unprivileged_userns). Run as root, enable user namespaces, or create the sandbox with "
+                "isolation='none' (unsafe: commands run directly on the host).",
+                status=501, code=ErrorCode.ISOLATION_UNAVAILABLE,
+            )
+
+    def _init_env(self, sandbox_id: str, sandbox_dir: str, spec: SandboxSpec) -> dict[str, str]:
+        return {
+            "ORCHARD_SANDBOX_DIR": sandbox_dir,
+            "ORCHARD_HIDE": " ".join(self.hide),
+            "ORCHARD_RUNTIME": " ".join(_runtime_paths()),
+            "ORCHARD_WORKDIR": spec.workdir,
+            "ORCHARD_HOSTNAME": f"sandbox-{sandbox_id[:12]}",
+            "ORCHARD_PYTHON": sys.executable,
+            "ORCHARD_PATH": DEFAULT_PATH,
+            "ORCHARD_CAPS": ",".join(f"+{cap}" for cap in SANDBOX_CAPS),
+            "PATH": DEFAULT_PATH,
+        }
+
+    def _launch_argv(self, sandbox_dir: str, spec: SandboxSpec, join: list[str], limits: Limits) -> list[str]:
+        """The launcher: join the cgroups (or set rlimits), then create namespaces and run init."""
+        if spec.isolation == "none":
+            root = os.path.join(sandbox_dir, "fs")
+            inner = [sys.executable, "-m", "orchard.env.agent", "--uds", f"{sandbox_dir}/run/agent.sock",
+                     "--token-file", f"{sandbox_dir}/run/token", "--env-file", f"{sandbox_dir}/run/env.json",
+                     "--state-dir", f"{sandbox_dir}/run/state", "--root", root, "--workdir", spec.workdir]
+        else:
+            flags = ["--pid", "--mount", "--uts", "--ipc", "--fork"]
+            if spec.network == "none":
+                flags.append("--net")
+            if not self.rootful:
+                flags = ["--user", "--map-root-user", *flags]
+            init = str(resources.files("orchard.env.backends").joinpath("sandbox_init.sh"))
+            inner = ["unshare", *flags, "/bin/sh", init]
+        prefix = 'for f; do echo $$ > "$f" || exit 1; done; ' if join else rlimit_prefix(limits)
+        return ["/bin/sh", "-c", prefix + "exec " + " ".join(shlex.quote(a) for a in inner), "launcher", *join]
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def create(self, sandbox_id: str, spec: SandboxSpec) -> SandboxHandle:
+        if spec.isolation != "none":
+            self._check_isolation()
+        sandbox_dir = self._dir(sandbox_id)
+        run_dir = os.path.join(sandbox_dir, "run")
+        for sub in ("upper", "work", "merged", "private", "run/state"):
+            os.makedirs(os.path.join(sandbox_dir, sub), exist_ok=True)
+        if spec.isolation == "none":
+            os.makedirs(os.path.join(sandbox_dir, "fs", spec.workdir.lstrip("/")), exist_ok=True)
+        token = secrets.token_urlsafe(32)
+        fd = os.open(os.path.join(run_dir, "token"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token)
+        with open(os.path.join(run_dir, "env.json"), "w") as handle:
+            json.dump(spec.env, handle)
+
+        limits = Limits(memory_bytes=spec.memory_bytes, pids=spec.pids, cpu=spec.cpu)
+        join = self.cgroups.create(sandbox_id, limits) if self.cgroups.available else []
+        with open(os.path.join(sandbox_dir, "agent.log"), "wb") as agent_log:
+            process = await asyncio.create_subprocess_exec(
+                *self._launch_argv(sandbox_dir, spec, join, limits),
+                stdin=subprocess.DEVNULL, stdout=agent_log, stderr=agent_log, start_new_session=True,
+                env={**os.environ, **self._init_env(sandbox_id, sandbox_dir, spec)},
+            )
+        self._launchers[sandbox_id] = process
+        data = {"pid": process.pid, "start_time": _start_time(process.pid), "dir": sandbox_dir}
+        with open(os.path.join(sandbox_dir, "launcher.json"), "w") as handle:
+            json.dump(data, handle)
+        return SandboxHandle(sandbox_id, f"unix://{run_dir}/agent.sock", token, data)
+
+    async def failure(self, handle: SandboxHandle) -> str | None:
+        if await self.alive(handle):
+            return None
+        try:
+            with open(os.path.join(handle.data["dir"], "agent.log"), errors="replace") as log_file:
+                tail = log_file.read()[-2000:]
+        except FileNotFoundError:
+            tail = ""
+        return f"the sandbox's agent exited before it was ready: {tail.strip() or 'no output'}"
+
+    async def alive(self, handle: SandboxHandle) -> bool:
+        process = self._launchers.get(handle.id)
+        if process is not None:
+            return process.returncode is None
+        pid, started = handle.data.get("pid"), handle.data.get("start_time")
+        return bool(pid) and started is not None and _start_time(pid) == started
+
+    async def delete(self, handle_or_id: SandboxHandle | str) -> None:
+        sandbox_id = handle_or_id if isinstance(handle_or_id, str) else handle_or_id.id
+        sandbox_dir = self._dir(sandbox_id)
+        await asyncio.to_thread(self._kill, sandbox_id, sandbox_dir)
+        process = self._launchers.pop(sandbox_id, None)
+        if process is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 10)
+        await asyncio.to_thread(shutil.rmtree, sandbox_dir, True)
+
+    def _kill(self, sandbox_id: str, sandbox_dir: str) -> None:
+        """Kill the sandbox's pid namespace (its init takes every process with it), then its cgroup."""
+        try:
+            with open(os.path.join(sandbox_dir, "launcher.json")) as handle:
+                data = json.load(handle)
+        except (FileNotFoundError, json.JSONDecodeError):
+            data = {}
+        pid = data.get("pid")
+        if pid and _start_time(pid) == data.get("start_time"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # launcher session: unshare and, with isolation=none, the agent
+            for child in _children(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)  # the pid namespace's init
+        if self.cgroups.available:
+            self.cgroups.kill_and_remove(sandbox_id)
+
+    async def list(self) -> set[str]:
+        found = {e.name for e in os.scandir(self.sandboxes_dir) if e.is_dir()}
+        if self.cgroups.available:
+            found |= self.cgroups.list()
+        return found
+
+    async def close(self) -> None:
+        self._launchers.clear()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(p) for p in handle.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return []

@@ -1,0 +1,70 @@
+#!/bin/sh
+# Orchard local sandbox init: PID 1 of fresh pid/mount/uts/ipc(/net) namespaces.
+#
+# Builds the sandbox's private root and execs the agent in it:
+#   /                 overlay: the host's / read-only below, a private writable layer above
+#   hidden paths      replaced by empty private directories (/root, /home, /tmp, /run, state dir...)
+#   runtime paths     the agent's Python, bound read-only at their host paths
+#   /proc /dev /sys   fresh proc for the new pid namespace, a minimal /dev, read-only sysfs
+#   /run/orchard      the agent's socket, token and state, shared with the orchestrator
+# then pivot_root into it, so nothing of the host tree stays reachable, and drop capabilities.
+#
+# Arguments come as environment variables (ORCHARD_*), which are cleared before the agent starts.
+set -eu
+
+SB="$ORCHARD_SANDBOX_DIR"
+R="$SB/merged"
+
+mount --make-rprivate /
+mount -t overlay overlay -o "lowerdir=/,upperdir=$SB/upper,workdir=$SB/work" "$R"
+
+n=0
+for path in $ORCHARD_HIDE; do
+  n=$((n + 1))
+  if [ -d "$R$path" ]; then
+    mkdir -p "$SB/private/$n"
+    mount --bind "$SB/private/$n" "$R$path"
+  fi
+done
+chmod 1777 "$R/tmp" "$R/var/tmp" 2>/dev/null || true
+
+for path in $ORCHARD_RUNTIME; do
+  mkdir -p "$R$path"
+  mount --bind "$path" "$R$path"
+  mount -o remount,bind,ro "$R$path"
+done
+
+mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
+mount -t tmpfs -o mode=755,size=1m,nosuid tmpfs "$R/dev"
+for dev in null zero full random urandom tty; do
+  touch "$R/dev/$dev"
+  mount --bind "/dev/$dev" "$R/dev/$dev"
+done
+mkdir -p "$R/dev/pts" "$R/dev/shm"
+mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts "$R/dev/pts" 2>/dev/null || true
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$R/dev/shm"
+ln -s pts/ptmx "$R/dev/ptmx"
+ln -s /proc/self/fd "$R/dev/fd"
+ln -s /proc/self/fd/0 "$R/dev/stdin"
+ln -s /proc/self/fd/1 "$R/dev/stdout"
+ln -s /proc/self/fd/2 "$R/dev/stderr"
+mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys" 2>/dev/null || mount -o remount,bind,ro "$R/sys" 2>/dev/null || true
+
+mkdir -p "$R$ORCHARD_WORKDIR" "$R/run/orchard"
+mount --bind "$SB/run" "$R/run/orchard"
+
+hostname "$ORCHARD_HOSTNAME" 2>/dev/null || true
+ip link set lo up 2>/dev/null || true
+
+cd "$R"
+mkdir -p .oldroot
+pivot_root . .oldroot
+umount -l /.oldroot
+rmdir /.oldroot
+cd /
+
+# Drop every capability a container runtime would not give (mount, mknod, module loading, raw I/O,
+# ptrace, ...) from the bounding set: nothing the agent starts can ever regain them.
+exec setpriv --bounding-set "-all,$ORCHARD_CAPS" env -i PATH="$ORCHARD_PATH" HOME=/root LANG=C.UTF-8 HOSTNAME="$ORCHARD_HOSTNAME" \
+  "$ORCHARD_PYTHON" -m orchard.env.agent --uds /run/orchard/agent.sock --token-file /run/orchard/token \
+  --env-file /run/orchard/env.json --state-dir /run/orchard/state --workdir "$ORCHARD_WORKDIR"

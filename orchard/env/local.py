@@ -1,0 +1,102 @@
+"""``local_server()``: a real orchestrator on loopback, for notebooks, examples and tests."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from orchard.env.client import AsyncSandboxClient, SandboxClient
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LocalServer:
+    """A running ``orchard env serve`` process. Stop it with :meth:`stop` or a ``with`` block."""
+
+    base_url: str
+    api_key: str
+    state_dir: str
+    process: subprocess.Popen
+    log_path: str
+    _owns_state: bool = field(default=False, repr=False)
+
+    def client(self, **kwargs) -> SandboxClient:
+        return SandboxClient(self.base_url, self.api_key, **kwargs)
+
+    def async_client(self, **kwargs) -> AsyncSandboxClient:
+        return AsyncSandboxClient(self.base_url, self.api_key, **kwargs)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """Stop gracefully (SIGTERM: the orchestrator deletes its sandboxes unless they are shared)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._owns_state:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """Crash it (SIGKILL): sandboxes are left behind, as after a real crash."""
+        self.process.kill()
+        self.process.wait()
+
+    def __enter__(self) -> LocalServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def local_server(
+    *,
+    store: str | None = None,
+    state_dir: str | None = None,
+    api_key: str | None = None,
+    port: int | None = None,
+    reap_interval: float = 5.0,
+    ready_timeout: float = 30.0,
+) -> LocalServer:
+    """Start an orchestrator with the local backend on a free loopback port and wait until it answers."""
+    owns_state = state_dir is None
+    state_dir = state_dir or tempfile.mkdtemp(prefix="orchard-env-")
+    api_key = api_key or secrets.token_urlsafe(24)
+    port = port or free_port()
+    log_path = os.path.join(state_dir, f"orchestrator-{port}.log")
+    argv = [sys.executable, "-m", "orchard.cli", "env", "serve", "--host", "127.0.0.1", "--port", str(port),
+            "--state-dir", state_dir, "--reap-interval", str(reap_interval)]
+    if store:
+        argv += ["--store", store]
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env={**os.environ, "ORCHARD_API_KEY": api_key})
+    server = LocalServer(f"http://127.0.0.1:{port}", api_key, state_dir, process, log_path, owns_state)
+    deadline = time.monotonic() + ready_timeout
+    while True:
+        try:
+            if httpx.get(f"{server.base_url}/health", timeout=1.0).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            with open(log_path, errors="replace") as log:
+                raise RuntimeError(f"orchestrator did not start:\n{log.read()[-3000:]}")
+        time.sleep(0.05)

@@ -1,0 +1,1 @@
+"""The orchestrator (``orchard env serve``): lifecycle, auth, and the forwarded hot path."""

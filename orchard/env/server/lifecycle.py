@@ -1,0 +1,214 @@
+"""Sandbox lifecycle: create, readiness, heartbeat, delete, TTL reaping and restart recovery.
+
+The store is the source of truth. A record is written *before* the backend creates anything, so a
+crash in between leaves a record the reaper can clean up rather than an invisible leak; anything
+the backend still holds without a record is an orphan and is reaped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+
+import httpx
+
+from orchard.env.api import ErrorCode, SandboxInfo, SandboxSpec
+from orchard.env.backends.base import Backend, SandboxHandle
+from orchard.env.problems import ProblemError
+from orchard.env.server.agents import AgentPool
+from orchard.env.server.metrics import Metrics
+from orchard.env.store import SandboxRecord, Store
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT = 60.0
+
+
+def not_found(sandbox_id: str) -> ProblemError:
+    return ProblemError(404, ErrorCode.SANDBOX_NOT_FOUND, f"no sandbox {sandbox_id!r}")
+
+
+class SandboxManager:
+    def __init__(self, backend: Backend, store: Store, metrics: Metrics, reap_interval: float = 5.0) -> None:
+        self.backend = backend
+        self.store = store
+        self.metrics = metrics
+        self.reap_interval = reap_interval
+        self.agents = AgentPool()
+        self._records: dict[str, SandboxRecord] = {}  # hot-path cache; the store stays authoritative
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._reaper: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ lookup
+
+    async def record(self, sandbox_id: str, *, fresh: bool = False) -> SandboxRecord:
+        cached = None if fresh else self._records.get(sandbox_id)
+        if cached is not None:
+            return cached
+        record = await self.store.get(sandbox_id)
+        if record is None:
+            self._forget(sandbox_id)
+            raise not_found(sandbox_id)
+        if record.info.status == "ready":
+            self._records[sandbox_id] = record
+        return record
+
+    def lock(self, sandbox_id: str) -> asyncio.Lock:
+        lock = self._locks.get(sandbox_id)
+        if lock is None:
+            lock = self._locks[sandbox_id] = asyncio.Lock()
+        return lock
+
+    def _forget(self, sandbox_id: str) -> None:
+        self._records.pop(sandbox_id, None)
+        self._locks.pop(sandbox_id, None)
+
+    async def client(self, sandbox_id: str) -> httpx.AsyncClient:
+        record = await self.record(sandbox_id)
+        if record.info.status != "ready":
+            raise ProblemError(409, ErrorCode.SANDBOX_NOT_READY, f"sandbox {sandbox_id!r} is {record.info.status}")
+        return self.agents.get(sandbox_id, record.agent_url, record.agent_token)
+
+    async def agent_lost(self, sandbox_id: str, error: Exception) -> ProblemError:
+        """Explain a failed hot-path call: the sandbox was deleted elsewhere, or its agent died."""
+        self._forget(sandbox_id)
+        await self.agents.drop(sandbox_id)
+        if await self.store.get(sandbox_id) is None:
+            return not_found(sandbox_id)
+        return ProblemError(502, ErrorCode.AGENT_UNAVAILABLE, f"sandbox {sandbox_id!r} agent unreachable: {error}")
+
+    # --------------------------------------------------------------- lifecycle
+
+    async def create(self, spec: SandboxSpec, wait: bool = True) -> SandboxInfo:
+        sandbox_id = uuid.uuid4().hex
+        now = time.time()
+        info = SandboxInfo(id=sandbox_id, status="creating", spec=spec, created_at=now, expires_at=now + spec.ttl,
+                           backend=self.backend.name)
+        await self.store.put(SandboxRecord(info=info, agent_url="", agent_token=""))
+        try:
+            handle = await self.backend.create(sandbox_id, spec)
+        except BaseException as exc:
+            await self.store.delete(sandbox_id)
+            with contextlib.suppress(Exception):
+                await self.backend.delete(sandbox_id)
+            if isinstance(exc, ProblemError):
+                raise
+            if isinstance(exc, Exception):
+                raise ProblemError(503, ErrorCode.BACKEND_ERROR, f"could not create sandbox: {exc}") from exc
+            raise
+        record = SandboxRecord(info=info, agent_url=handle.agent_url, agent_token=handle.agent_token, data=handle.data)
+        await self.store.put(record)
+        self.metrics.created.inc()
+        if wait:
+            return await self.wait_ready(sandbox_id)
+        return info
+
+    async def wait_ready(self, sandbox_id: str, timeout: float = READY_TIMEOUT) -> SandboxInfo:
+        record = await self.record(sandbox_id, fresh=True)
+        if record.info.status == "ready":
+            return record.info
+        if not record.agent_url:
+            raise ProblemError(409, ErrorCode.SANDBOX_NOT_READY, f"sandbox {sandbox_id!r} is still being created")
+        handle = SandboxHandle(sandbox_id, record.agent_url, record.agent_token, record.data)
+        client = self.agents.get(sandbox_id, record.agent_url, record.agent_token)
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        while True:
+            try:
+                if (await client.get("/health", timeout=2.0)).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            failure = await self.backend.failure(handle)
+            if failure is not None or time.monotonic() > deadline:
+                detail = failure or f"agent not ready after {timeout:.0f}s"
+                await self.delete(sandbox_id, reason="failed")
+                raise ProblemError(503, ErrorCode.BACKEND_ERROR, f"sandbox {sandbox_id!r} failed to start: {detail}")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        record.info.status = "ready"
+        await self.store.put(record)
+        self._records[sandbox_id] = record
+        self.metrics.create_seconds.observe(time.time() - record.info.created_at)
+        return record.info
+
+    async def heartbeat(self, sandbox_id: str) -> SandboxInfo:
+        record = await self.record(sandbox_id, fresh=True)
+        record.info.expires_at = time.time() + record.info.spec.ttl
+        await self.store.put(record)
+        if sandbox_id in self._records:
+            self._records[sandbox_id] = record
+        return record.info
+
+    async def delete(self, sandbox_id: str, reason: str = "client") -> None:
+        record = await self.store.get(sandbox_id)
+        if record is None and reason == "client":
+            raise not_found(sandbox_id)
+        self._forget(sandbox_id)
+        await self.agents.drop(sandbox_id)
+        await self.backend.delete(sandbox_id)
+        await self.store.delete(sandbox_id)
+        self.metrics.deleted.labels(reason).inc()
+        log.info("deleted sandbox %s (%s)", sandbox_id, reason)
+
+    async def list(self) -> list[SandboxInfo]:
+        infos = [r.info for r in await self.store.list()]
+        self.metrics.sandboxes.set(len(infos))
+        return infos
+
+    # ------------------------------------------------------ reaping, recovery
+
+    async def reap_once(self) -> list[str]:
+        """Delete expired sandboxes and orphans (backend resources with no record)."""
+        now = time.time()
+        records = await self.store.list()
+        reaped = []
+        for record in records:
+            if record.info.expires_at < now:
+                await self.delete(record.info.id, reason="expired")
+                reaped.append(record.info.id)
+        known = {r.info.id for r in records}
+        for sandbox_id in await self.backend.list() - known:
+            if await self.store.get(sandbox_id) is None:  # not created a moment ago elsewhere
+                await self.delete(sandbox_id, reason="orphan")
+                reaped.append(sandbox_id)
+        return reaped
+
+    async def recover(self) -> None:
+        """After a restart: re-adopt live sandboxes in the store, reap the dead and the orphans."""
+        for record in await self.store.list():
+            if record.info.backend != self.backend.name:
+                continue
+            if record.info.status == "creating" and time.time() - record.info.created_at < READY_TIMEOUT:
+                continue  # another replica may be creating it right now
+            handle = SandboxHandle(record.info.id, record.agent_url, record.agent_token, record.data)
+            if record.agent_url and await self.backend.alive(handle):
+                log.info("re-adopted sandbox %s", record.info.id)
+            else:
+                await self.delete(record.info.id, reason="dead")
+        await self.reap_once()
+
+    def start_reaper(self) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(self.reap_interval)
+                try:
+                    await self.reap_once()
+                except Exception:
+                    log.exception("reaper pass failed")
+
+        self._reaper = asyncio.create_task(loop())
+
+    async def shutdown(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            await asyncio.gather(self._reaper, return_exceptions=True)
+        if not self.store.shared:  # nobody else can reach these sandboxes: take them down with us
+            for record in await self.store.list():
+                await self.delete(record.info.id, reason="shutdown")
+        await self.agents.close()
+        await self.backend.close()
+        await self.store.close()

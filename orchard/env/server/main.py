@@ -1,0 +1,43 @@
+"""``orchard env serve``: run the orchestrator."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+
+import uvicorn
+
+from orchard.env.server.app import create_app
+from orchard.env.store import open_store
+
+API_KEY_ENV = "ORCHARD_API_KEY"
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="orchard env serve", description=__doc__)
+    parser.add_argument("--backend", choices=["local"], default="local")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8700)
+    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                        help=f"clients' bearer key (default: ${API_KEY_ENV})")
+    parser.add_argument("--store", default=None, help="memory:// (default) or redis://host:port/db")
+    parser.add_argument("--state-dir", default=os.path.join(tempfile.gettempdir(), "orchard-env"),
+                        help="where the local backend keeps sandboxes")
+    parser.add_argument("--reap-interval", type=float, default=5.0, help="seconds between TTL/orphan sweeps")
+    parser.add_argument("--log-level", default="info")
+    return parser
+
+
+def serve(args: argparse.Namespace) -> None:
+    if not args.api_key:
+        raise SystemExit(f"an API key is required: pass --api-key or set ${API_KEY_ENV}")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    from orchard.env.backends.local import LocalBackend
+
+    backend = LocalBackend(args.state_dir)
+    app = create_app(backend, open_store(args.store), args.api_key, reap_interval=args.reap_interval)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=10)

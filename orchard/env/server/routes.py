@@ -1,0 +1,151 @@
+"""The orchestrator's HTTP routes: lifecycle under ``/v1/sandboxes`` and the forwarded hot path.
+
+Hot routes are generated from :data:`orchard.env.api.HOT_ROUTES`. JSON bodies are validated here
+(so a malformed request never reaches a sandbox) and then forwarded as the same bytes; raw bodies
+and streamed responses are piped through without being held in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import httpx
+from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ValidationError
+from starlette.background import BackgroundTask
+
+from orchard.env import api
+from orchard.env.problems import ProblemError
+from orchard.env.server.lifecycle import SandboxManager
+
+_PASS_HEADERS = ("content-type", "content-length", api.NEXT_OFFSET_HEADER)
+
+
+def _json(model: BaseModel, status: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
+
+
+def lifecycle_router(manager: SandboxManager) -> APIRouter:
+    router = APIRouter(prefix=f"{api.API_PREFIX}/sandboxes", tags=["sandboxes"])
+
+    @router.post("", status_code=201, response_model=api.SandboxInfo)
+    async def create_sandbox(spec: api.SandboxSpec, wait: bool = True) -> Response:
+        return _json(await manager.create(spec, wait=wait), 201)
+
+    @router.get("", response_model=api.SandboxList)
+    async def list_sandboxes() -> Response:
+        return _json(api.SandboxList(sandboxes=await manager.list()))
+
+    @router.get("/{sandbox_id}", response_model=api.SandboxInfo)
+    async def get_sandbox(sandbox_id: str) -> Response:
+        return _json((await manager.record(sandbox_id, fresh=True)).info)
+
+    @router.delete("/{sandbox_id}", status_code=204)
+    async def delete_sandbox(sandbox_id: str) -> Response:
+        await manager.delete(sandbox_id)
+        return Response(status_code=204)
+
+    @router.post("/{sandbox_id}/wait", response_model=api.SandboxInfo)
+    async def wait_sandbox(sandbox_id: str, timeout: float = Query(60.0, gt=0, le=600)) -> Response:
+        return _json(await manager.wait_ready(sandbox_id, timeout))
+
+    @router.post("/{sandbox_id}/heartbeat", response_model=api.SandboxInfo)
+    async def heartbeat(sandbox_id: str) -> Response:
+        return _json(await manager.heartbeat(sandbox_id))
+
+    return router
+
+
+def _openapi(route: api.HotRoute) -> dict:
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in ("process_id",) if f"{{{name}}}" in route.path
+    ]
+    parameters += [
+        {"name": name, "in": "query", "required": required, "schema": {"type": kind}}
+        for name, kind, required in route.query
+    ]
+    extra: dict = {"parameters": parameters}
+    if isinstance(route.body, type):
+        extra["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": route.body.model_json_schema()}}}
+    elif route.body == "raw":
+        extra["requestBody"] = {"required": True, "content": {"application/octet-stream": {
+            "schema": {"type": "string", "format": "binary"}}}}
+    return extra
+
+
+def _responses(route: api.HotRoute) -> dict:
+    media = {"raw": "application/octet-stream", "ndjson": "application/x-ndjson"}.get(route.response)
+    return {200: {"content": {media: {"schema": {"type": "string", "format": "binary"}}}}} if media else {}
+
+
+def _forwarder(route: api.HotRoute, manager: SandboxManager):
+    streamed = route.response in ("raw", "ndjson")
+    prefix_len = len(f"{api.API_PREFIX}/sandboxes/")
+
+    async def forward(request: Request, sandbox_id: str) -> Response:
+        started = time.perf_counter()
+        agent_path = request.url.path[prefix_len + len(sandbox_id):]
+        headers = {}
+        if isinstance(route.body, type):
+            content = await request.body()
+            try:
+                route.body.model_validate_json(content)
+            except ValidationError as exc:
+                raise ProblemError(422, api.ErrorCode.INVALID_REQUEST, _errors(exc)) from None
+            headers["content-type"] = "application/json"
+        elif route.body == "raw":
+            content = request.stream()
+        else:
+            content = None
+        client = await manager.client(sandbox_id)
+        exits = contextlib.AsyncExitStack()
+        if route.serialised:
+            await exits.enter_async_context(manager.lock(sandbox_id))
+        try:
+            outgoing = client.build_request(route.method, agent_path, params=request.query_params,
+                                            content=content, headers=headers)
+            try:
+                response = await client.send(outgoing, stream=streamed)
+            except httpx.TransportError as exc:
+                raise await manager.agent_lost(sandbox_id, exc) from None
+            out_headers = {k: v for k in _PASS_HEADERS if (v := response.headers.get(k)) is not None}
+            manager.metrics.hot_requests.labels(route.name, str(response.status_code)).inc()
+            if streamed and response.status_code < 400:
+                exits.push_async_callback(response.aclose)
+                background = BackgroundTask(exits.aclose)
+                exits = contextlib.AsyncExitStack()  # now owned by the response
+                return StreamingResponse(response.aiter_raw(), status_code=response.status_code,
+                                         headers=out_headers, background=background)
+            body = await response.aread() if streamed else response.content
+            if streamed:
+                await response.aclose()
+            return Response(body, status_code=response.status_code, headers=out_headers)
+        finally:
+            await exits.aclose()
+            manager.metrics.hot_seconds.labels(route.name).observe(time.perf_counter() - started)
+
+    forward.__name__ = route.name
+    return forward
+
+
+def _errors(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())[:2000]
+
+
+def install_hot_routes(app: FastAPI, manager: SandboxManager) -> None:
+    for route in api.HOT_ROUTES:
+        app.add_api_route(
+            f"{api.API_PREFIX}/sandboxes/{{sandbox_id}}{route.path}",
+            _forwarder(route, manager),
+            methods=[route.method],
+            summary=route.summary,
+            tags=["sandbox hot path"],
+            response_model=None if route.response in (None, "raw", "ndjson") else route.response,
+            responses=_responses(route),
+            openapi_extra=_openapi(route),
+            operation_id=route.name,
+        )
