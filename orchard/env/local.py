@@ -10,9 +10,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
-
-import httpx
 
 from orchard.env.client import AsyncSandboxClient, SandboxClient
 
@@ -91,9 +90,10 @@ def local_server(
     deadline = time.monotonic() + ready_timeout
     while True:
         try:
-            if httpx.get(f"{server.base_url}/health", timeout=1.0).status_code == 200:
-                return server
-        except httpx.TransportError:
+            with urllib.request.urlopen(f"{server.base_url}/health", timeout=1.0) as response:
+                if response.status == 200:
+                    return server
+        except OSError:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             server.stop()

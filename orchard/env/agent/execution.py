@@ -162,16 +162,22 @@ async def run(
     pumps = [asyncio.ensure_future(_pump(out_r, stdout_sink)), asyncio.ensure_future(_pump(err_r, stderr_sink))]
     feeder = asyncio.ensure_future(_feed(in_w, stdin, open_fds)) if stdin else None
     timed_out = False
+
+    def on_timeout() -> None:
+        nonlocal timed_out
+        timed_out = True
+        kill_group(pid)
+
+    timer = asyncio.get_running_loop().call_later(timeout, on_timeout)
     try:
         try:
-            exit_code: int | None = await asyncio.wait_for(asyncio.shield(exited), timeout)
-        except TimeoutError:
-            timed_out = True
-            kill_group(pid)
-            exit_code = await exited
-        _, pending = await asyncio.wait(pumps, timeout=EOF_GRACE)
-        for task in pending:
-            task.cancel()
+            exit_code: int | None = await exited
+        finally:
+            timer.cancel()
+        if not all(task.done() for task in pumps):
+            _, pending = await asyncio.wait(pumps, timeout=EOF_GRACE)
+            for task in pending:
+                task.cancel()
     except BaseException:
         # The client went away (stream closed, request cancelled): leave nothing running.
         kill_group(pid)

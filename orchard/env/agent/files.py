@@ -78,16 +78,14 @@ def delete_path(root: SandboxRoot, path: str) -> None:
 
 
 def _parent_dir(root: SandboxRoot, path: str) -> tuple[str, str]:
-    """The checked target path and its (created) parent directory."""
-    real = root.host_path(path, follow_last=False)
+    """The checked target (symlinks followed, so a link leading out is refused) and its created parent."""
+    real = root.host_path(path)
     parent = os.path.dirname(real)
     try:
         os.makedirs(parent, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise ProblemError(400, ErrorCode.NOT_A_DIRECTORY, f"a parent of {path!r} is not a directory") from None
-    # Creating parents may not have changed where they lead, but check again after mkdir.
-    root.host_path(os.path.dirname(path) or "/")
-    if os.path.isdir(real) and not os.path.islink(real):
+    if os.path.isdir(real):
         raise ProblemError(400, ErrorCode.IS_A_DIRECTORY, f"{path!r} is a directory")
     return real, parent
 
@@ -140,7 +138,7 @@ async def extract_tar(root: SandboxRoot, path: str, body: AsyncIterator[bytes]) 
     """Extract a tar (plain, gzip, bz2 or xz) into directory ``path``.
 
     The body is spooled to a temporary file, then extracted with tarfile's ``data`` filter, which
-    refuses absolute names, ``..`` and links that leave the destination.
+    refuses ``..`` and links that leave the destination; absolute names are refused too.
     """
     dest = root.host_path(path)
     os.makedirs(dest, exist_ok=True)
@@ -153,10 +151,17 @@ async def extract_tar(root: SandboxRoot, path: str, body: AsyncIterator[bytes]) 
     return file_info(root, dest)
 
 
+def _strict_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """tarfile's ``data`` filter, except that absolute names are refused rather than made relative."""
+    if member.name.startswith("/"):
+        raise tarfile.AbsolutePathError(member)
+    return tarfile.data_filter(member, dest)
+
+
 def _extract(spool, dest: str) -> None:
     try:
         with tarfile.open(fileobj=spool, mode="r:*") as archive:
-            archive.extractall(dest, filter="data")
+            archive.extractall(dest, filter=_strict_filter)
     except tarfile.FilterError as exc:
         raise ProblemError(403, ErrorCode.PATH_OUTSIDE_SANDBOX, f"archive member refused: {exc}") from None
     except tarfile.TarError as exc:

@@ -13,12 +13,12 @@ import logging
 import time
 import uuid
 
-import httpx
+import aiohttp
 
 from orchard.env.api import ErrorCode, SandboxInfo, SandboxSpec
 from orchard.env.backends.base import Backend, SandboxHandle
 from orchard.env.problems import ProblemError
-from orchard.env.server.agents import AgentPool
+from orchard.env.server.agents import AgentError, AgentPool
 from orchard.env.server.metrics import Metrics
 from orchard.env.store import SandboxRecord, Store
 
@@ -66,7 +66,8 @@ class SandboxManager:
         self._records.pop(sandbox_id, None)
         self._locks.pop(sandbox_id, None)
 
-    async def client(self, sandbox_id: str) -> httpx.AsyncClient:
+    async def client(self, sandbox_id: str) -> tuple[aiohttp.ClientSession, str]:
+        """The keep-alive session to a ready sandbox's agent, and its base URL."""
         record = await self.record(sandbox_id)
         if record.info.status != "ready":
             raise ProblemError(409, ErrorCode.SANDBOX_NOT_READY, f"sandbox {sandbox_id!r} is {record.info.status}")
@@ -113,14 +114,15 @@ class SandboxManager:
         if not record.agent_url:
             raise ProblemError(409, ErrorCode.SANDBOX_NOT_READY, f"sandbox {sandbox_id!r} is still being created")
         handle = SandboxHandle(sandbox_id, record.agent_url, record.agent_token, record.data)
-        client = self.agents.get(sandbox_id, record.agent_url, record.agent_token)
+        session, base_url = self.agents.get(sandbox_id, record.agent_url, record.agent_token)
         deadline = time.monotonic() + timeout
         delay = 0.005
         while True:
             try:
-                if (await client.get("/health", timeout=2.0)).status_code == 200:
-                    break
-            except httpx.TransportError:
+                async with session.get(f"{base_url}/health", timeout=aiohttp.ClientTimeout(total=2.0)) as response:
+                    if response.status == 200:
+                        break
+            except AgentError:
                 pass
             failure = await self.backend.failure(handle)
             if failure is not None or time.monotonic() > deadline:

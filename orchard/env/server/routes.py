@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import AsyncIterator
 
-import httpx
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
-from starlette.background import BackgroundTask
 
 from orchard.env import api
 from orchard.env.problems import ProblemError
+from orchard.env.server.agents import AgentError
 from orchard.env.server.lifecycle import SandboxManager
 
 _PASS_HEADERS = ("content-type", "content-length", api.NEXT_OFFSET_HEADER)
@@ -101,29 +101,33 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
             content = request.stream()
         else:
             content = None
-        client = await manager.client(sandbox_id)
+        session, base_url = await manager.client(sandbox_id)
         exits = contextlib.AsyncExitStack()
-        if route.serialised:
-            await exits.enter_async_context(manager.lock(sandbox_id))
         try:
-            outgoing = client.build_request(route.method, agent_path, params=request.query_params,
-                                            content=content, headers=headers)
+            if route.serialised:
+                await exits.enter_async_context(manager.lock(sandbox_id))
             try:
-                response = await client.send(outgoing, stream=streamed)
-            except httpx.TransportError as exc:
+                response = await exits.enter_async_context(session.request(
+                    route.method, base_url + agent_path, params=list(request.query_params.multi_items()),
+                    data=content, headers=headers))
+                if not streamed or response.status >= 400:
+                    body = await response.read()
+            except AgentError as exc:
                 raise await manager.agent_lost(sandbox_id, exc) from None
             out_headers = {k: v for k in _PASS_HEADERS if (v := response.headers.get(k)) is not None}
-            manager.metrics.hot_requests.labels(route.name, str(response.status_code)).inc()
-            if streamed and response.status_code < 400:
-                exits.push_async_callback(response.aclose)
-                background = BackgroundTask(exits.aclose)
-                exits = contextlib.AsyncExitStack()  # now owned by the response
-                return StreamingResponse(response.aiter_raw(), status_code=response.status_code,
-                                         headers=out_headers, background=background)
-            body = await response.aread() if streamed else response.content
-            if streamed:
-                await response.aclose()
-            return Response(body, status_code=response.status_code, headers=out_headers)
+            manager.metrics.hot_requests.labels(route.name, str(response.status)).inc()
+            if streamed and response.status < 400:
+                owned, exits = exits, contextlib.AsyncExitStack()  # the body now owns lock and stream
+
+                async def relay() -> AsyncIterator[bytes]:
+                    try:
+                        async for chunk in response.content.iter_any():
+                            yield chunk
+                    finally:  # also when the client hangs up: release the lock, drop the agent stream
+                        await owned.aclose()
+
+                return StreamingResponse(relay(), status_code=response.status, headers=out_headers)
+            return Response(body, status_code=response.status, headers=out_headers)
         finally:
             await exits.aclose()
             manager.metrics.hot_seconds.labels(route.name).observe(time.perf_counter() - started)

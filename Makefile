@@ -1,0 +1,46 @@
+# Orchard: `make run` runs the main job, `make test` runs the tests. Both set themselves up.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+EXTRAS := env,redis,dev
+# Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch) and tests (redis).
+APT_PACKAGES := redis-server util-linux iproute2 git patch
+PYTEST_ARGS ?=
+
+.PHONY: run test lint bench system-deps clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+system-deps:
+	@missing=""; \
+	for tool in redis-server:redis-server unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch; do \
+	  command -v $${tool%%:*} >/dev/null 2>&1 || missing="$$missing $${tool##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing system packages:$$missing (run as root, or: sudo apt-get install$$missing)"; \
+	  fi; \
+	fi
+
+run: system-deps $(STAMP)
+	$(PY) examples/quickstart.py
+
+test: system-deps $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: system-deps $(STAMP)
+	$(PY) experiments/env_bench/run.py --markdown docs/benchmarks.md
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

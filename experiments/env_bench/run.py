@@ -1,0 +1,62 @@
+"""Benchmark Orchard Env exec and create latency against SWE-ReX and a host subprocess.
+
+A thin wrapper over :mod:`orchard.env.bench` (which documents what is measured). Prints the JSON
+summary to stdout, writes it to ``--out``, and with ``--markdown PATH`` renders it as a Markdown page.
+Needs root: orchard sandboxes use Linux namespaces.
+
+    python experiments/env_bench/run.py --markdown docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from orchard.env.bench import BenchConfig, render_markdown, run_benchmark, write_json
+
+DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options; the defaults are those of :class:`BenchConfig`."""
+    defaults = BenchConfig()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=int, default=defaults.iterations, help="timed exec calls per backend")
+    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed exec calls before those")
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrency,
+                        help="orchard sandboxes busy at once")
+    parser.add_argument("--per-sandbox", type=int, default=defaults.per_sandbox,
+                        help="exec calls each busy sandbox makes")
+    parser.add_argument("--creates", type=int, default=defaults.creates,
+                        help="sandboxes created one at a time for create latency")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON summary")
+    parser.add_argument("--markdown", type=Path, help="also render the summary as Markdown to this path")
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    args = parser.parse_args(argv)
+    for name in ("iterations", "concurrency", "per_sandbox", "creates"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must not be negative")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and write its outputs."""
+    args = parse_args(argv)
+    cfg = BenchConfig(iterations=args.iterations, warmup=args.warmup, concurrency=args.concurrency,
+                      per_sandbox=args.per_sandbox, creates=args.creates, progress=not args.no_progress)
+    command = shlex.join(["python", "experiments/env_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
+    summary = run_benchmark(cfg, command=command)
+    write_json(summary, args.out)
+    if args.markdown is not None:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(render_markdown(summary))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Fixtures that start real servers on loopback: orchestrators, agents and redis-server."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from orchard.env import LocalServer, SandboxClient, local_server
+from orchard.env.local import free_port
+
+
+def require_root() -> None:
+    """Namespaces and cgroups need root here. In CI this fails loudly instead of skipping."""
+    if os.geteuid() != 0:
+        message = "needs root for Linux namespaces and cgroups"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``predicate`` until it returns a truthy value (for effects that happen asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def process_alive(pid: int) -> bool:
+    """Running, or stopped, but not a zombie and not gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.fixture(scope="session")
+def orchestrator() -> Iterator[LocalServer]:
+    require_root()
+    server = local_server(reap_interval=0.2)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def client(orchestrator: LocalServer) -> Iterator[SandboxClient]:
+    with orchestrator.client() as sandbox_client:
+        yield sandbox_client
+
+
+@pytest.fixture(scope="module")
+def sandbox(client: SandboxClient):
+    """One sandbox shared by a module's tests (creating one takes about half a second)."""
+    with client.create(memory="512Mi", pids=256) as shared:
+        yield shared
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    """A real redis-server on a free loopback port."""
+    if shutil.which("redis-server") is None:
+        pytest.fail("redis-server is not installed: `make test` installs it as root (apt-get install redis-server)")
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+    def pong() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    try:
+        wait_until(pong, what="redis-server")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@dataclass
+class Agent:
+    """A real agent process on a Unix socket, serving ``root`` as its sandbox root."""
+
+    process: subprocess.Popen
+    http: httpx.Client
+    root: str
+    token: str
+
+    def peak_rss(self) -> int:
+        """The agent's peak resident memory in bytes (VmHWM)."""
+        with open(f"/proc/{self.process.pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmHWM")
+
+
+@pytest.fixture
+def agent(tmp_path) -> Iterator[Agent]:
+    root = tmp_path / "root"
+    (root / "workspace").mkdir(parents=True)
+    socket_path = str(tmp_path / "agent.sock")
+    token = secrets.token_urlsafe(16)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchard.env.agent", "--uds", socket_path, "--root", str(root),
+         "--workdir", "/workspace", "--state-dir", str(tmp_path / "state")],
+        env={**os.environ, "ORCHARD_AGENT_TOKEN": token}, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    http = httpx.Client(transport=httpx.HTTPTransport(uds=socket_path), base_url="http://agent",
+                        headers={"Authorization": f"Bearer {token}"}, timeout=120)
+
+    def healthy() -> bool:
+        try:
+            return http.get("/health").status_code == 200
+        except httpx.TransportError:
+            return process.poll() is not None  # stop waiting if it died
+
+    try:
+        wait_until(healthy, what="agent")
+        assert process.poll() is None, "agent exited at start"
+        yield Agent(process, http, str(root), token)
+    finally:
+        http.close()
+        process.terminate()
+        process.wait(10)
