@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
+import pydantic
 
 from orchard.env import api
 from orchard.env.api import ErrorCode, FileInfo, PatchResponse, ProcessInfo, SandboxInfo
@@ -524,7 +525,10 @@ class AsyncSandboxClient:
 
     def create(self, *, wait: bool = True, heartbeat: bool = True, **spec: Any) -> _Creation:
         """Create a sandbox from :class:`orchard.env.api.SandboxSpec` fields (cpu, memory, ttl, ...)."""
-        body = api.SandboxSpec(**spec).model_dump(mode="json")
+        try:
+            body = api.SandboxSpec(**spec).model_dump(mode="json")
+        except pydantic.ValidationError as exc:
+            raise InvalidRequest(str(exc), status=422, code=ErrorCode.INVALID_REQUEST) from None
 
         async def make() -> AsyncSandbox:
             response = await self._t.request("POST", f"{api.API_PREFIX}/sandboxes", idempotent=False, json=body,

@@ -76,6 +76,7 @@ def local_server(
     """Start an orchestrator with the local backend on a free loopback port and wait until it answers."""
     owns_state = state_dir is None
     state_dir = state_dir or tempfile.mkdtemp(prefix="orchard-env-")
+    os.makedirs(state_dir, exist_ok=True)
     api_key = api_key or secrets.token_urlsafe(24)
     port = port or free_port()
     log_path = os.path.join(state_dir, f"orchestrator-{port}.log")

@@ -18,7 +18,7 @@ import aiohttp
 from orchard.env.api import ErrorCode, SandboxInfo, SandboxSpec
 from orchard.env.backends.base import Backend, SandboxHandle
 from orchard.env.problems import ProblemError
-from orchard.env.server.agents import AgentError, AgentPool
+from orchard.env.server.agents import AgentConnection, AgentError, AgentPool
 from orchard.env.server.metrics import Metrics
 from orchard.env.store import SandboxRecord, Store
 
@@ -66,8 +66,8 @@ class SandboxManager:
         self._records.pop(sandbox_id, None)
         self._locks.pop(sandbox_id, None)
 
-    async def client(self, sandbox_id: str) -> tuple[aiohttp.ClientSession, str]:
-        """The keep-alive session to a ready sandbox's agent, and its base URL."""
+    async def client(self, sandbox_id: str) -> AgentConnection:
+        """The keep-alive connection to a ready sandbox's agent."""
         record = await self.record(sandbox_id)
         if record.info.status != "ready":
             raise ProblemError(409, ErrorCode.SANDBOX_NOT_READY, f"sandbox {sandbox_id!r} is {record.info.status}")
@@ -114,12 +114,13 @@ class SandboxManager:
         if not record.agent_url:
             raise ProblemError(409, ErrorCode.SANDBOX_NOT_READY, f"sandbox {sandbox_id!r} is still being created")
         handle = SandboxHandle(sandbox_id, record.agent_url, record.agent_token, record.data)
-        session, base_url = self.agents.get(sandbox_id, record.agent_url, record.agent_token)
+        agent = self.agents.get(sandbox_id, record.agent_url, record.agent_token)
         deadline = time.monotonic() + timeout
         delay = 0.005
         while True:
             try:
-                async with session.get(f"{base_url}/health", timeout=aiohttp.ClientTimeout(total=2.0)) as response:
+                async with agent.session.get(f"{agent.base_url}/health",
+                                             timeout=aiohttp.ClientTimeout(total=2.0)) as response:
                     if response.status == 200:
                         break
             except AgentError:

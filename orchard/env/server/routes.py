@@ -101,14 +101,14 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
             content = request.stream()
         else:
             content = None
-        session, base_url = await manager.client(sandbox_id)
+        agent = await manager.client(sandbox_id)
         exits = contextlib.AsyncExitStack()
         try:
             if route.serialised:
                 await exits.enter_async_context(manager.lock(sandbox_id))
             try:
-                response = await exits.enter_async_context(session.request(
-                    route.method, base_url + agent_path, params=list(request.query_params.multi_items()),
+                response = await exits.enter_async_context(agent.session.request(
+                    route.method, agent.base_url + agent_path, params=list(request.query_params.multi_items()),
                     data=content, headers=headers))
                 if not streamed or response.status >= 400:
                     body = await response.read()

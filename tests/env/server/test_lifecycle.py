@@ -1,0 +1,177 @@
+"""Lifecycle: readiness, TTL and heartbeats, deletion, shutdown, leaks and restarts with Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from orchard.env import SandboxNotFound, local_server
+from orchard.env.api import SandboxSpec
+from orchard.env.backends.local import LocalBackend
+from tests.conftest import process_alive, require_root, wait_until
+
+
+def sandbox_pids(state_dir: str, sandbox_id: str) -> set[int]:
+    """Host pids of a sandbox, read from its cgroups."""
+    return LocalBackend(state_dir).cgroups.pids(sandbox_id)
+
+
+def test_create_without_waiting_then_wait(client):
+    sb = client.create(wait=False)
+    try:
+        assert sb.info.status in ("creating", "ready")
+        assert sb.wait_ready(timeout=30).status == "ready"
+        assert sb.exec("echo ok").stdout == "ok\n"
+    finally:
+        sb.delete()
+
+
+def test_ttl_expiry_reaps(client, orchestrator):
+    sb = client.create(ttl=1, heartbeat=False)
+    sandbox_dir = os.path.join(orchestrator.state_dir, "sandboxes", sb.id)
+    assert os.path.isdir(sandbox_dir)
+
+    def gone() -> bool:
+        try:
+            client.get(sb.id)
+        except SandboxNotFound:
+            return True
+        return False
+
+    wait_until(gone, timeout=15, what="TTL reaping")
+    assert not os.path.exists(sandbox_dir)
+    assert sandbox_pids(orchestrator.state_dir, sb.id) == set()
+
+
+def test_heartbeats_extend_the_ttl(client):
+    with client.create(ttl=1.0) as sb:  # the SDK beats every ttl/3
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            assert sb.exec("true").ok  # would raise SandboxNotFound once reaped
+            time.sleep(0.2)
+        before = sb.refresh().expires_at
+        assert sb.heartbeat().expires_at > before
+
+
+def test_delete_kills_everything(client, orchestrator):
+    sb = client.create()
+    sb.start_process("sleep 1000 & sleep 1000")
+    sb.exec("nohup sleep 1000 >/dev/null 2>&1 & setsid sleep 1000 >/dev/null 2>&1 &").check()
+    pids = sandbox_pids(orchestrator.state_dir, sb.id)
+    assert len(pids) >= 5  # launcher, agent, and the sleepers
+    sb.delete()
+    wait_until(lambda: not any(process_alive(pid) for pid in pids), what="sandbox processes to die")
+    assert not os.path.exists(os.path.join(orchestrator.state_dir, "sandboxes", sb.id))
+    with pytest.raises(SandboxNotFound):
+        client.get(sb.id)
+    with pytest.raises(SandboxNotFound):
+        sb.exec("true")
+
+
+def test_context_manager_deletes_on_exception(client):
+    with pytest.raises(RuntimeError), client.create() as sb:
+        raise RuntimeError("boom")
+    with pytest.raises(SandboxNotFound):
+        client.get(sb.id)
+
+
+def test_context_manager_deletes_on_keyboard_interrupt(client):
+    with pytest.raises(KeyboardInterrupt), client.create() as sb:
+        raise KeyboardInterrupt
+    with pytest.raises(SandboxNotFound):
+        client.get(sb.id)
+
+
+def test_stopping_the_orchestrator_deletes_its_sandboxes():
+    require_root()
+    server = local_server(reap_interval=0.2, state_dir=None)
+    state_dir = server.state_dir
+    server._owns_state = False  # keep the state dir to inspect it after stop
+    try:
+        with server.client() as client:
+            ids = [client.create(heartbeat=False).id for _ in range(2)]
+        pids = set().union(*(sandbox_pids(state_dir, i) for i in ids))
+        assert server.stop() in (0, -15)  # uvicorn re-raises SIGTERM after a graceful shutdown
+        assert not any(process_alive(pid) for pid in pids)
+        assert os.listdir(os.path.join(state_dir, "sandboxes")) == []
+    finally:
+        server.stop()
+
+
+def test_leaked_sandboxes_are_reaped(orchestrator):
+    # A sandbox with backend resources but no record (an orchestrator that crashed mid-create).
+    backend = LocalBackend(orchestrator.state_dir)
+    handle = asyncio.run(backend.create("leaked0000000000", SandboxSpec()))
+    leaked_dir = handle.data["dir"]
+    wait_until(lambda: not os.path.exists(leaked_dir), timeout=15, what="orphan reaping")
+    wait_until(lambda: not process_alive(handle.data["pid"]), what="orphan processes to die")
+
+
+def test_crashed_orchestrator_leaves_sandboxes_that_a_restart_reaps():
+    require_root()
+    first = local_server(reap_interval=0.2)
+    state_dir = first.state_dir
+    with first.client() as client:
+        sb = client.create(heartbeat=False)
+    pids = sandbox_pids(state_dir, sb.id)
+    first.kill()  # SIGKILL: no chance to clean up
+    assert any(process_alive(pid) for pid in pids)
+    second = local_server(reap_interval=0.2, state_dir=state_dir)
+    second._owns_state = True
+    try:
+        wait_until(lambda: not any(process_alive(pid) for pid in pids), what="restart to reap the leftovers")
+        assert os.listdir(os.path.join(state_dir, "sandboxes")) == []
+    finally:
+        second.stop()
+
+
+def test_replicas_share_sandboxes_through_redis_and_survive_a_crash(redis_url, tmp_path):
+    require_root()
+    state_dir = str(tmp_path / "state")
+    replica_a = local_server(store=redis_url, state_dir=state_dir, reap_interval=0.2)
+    replica_b = local_server(store=redis_url, state_dir=state_dir, api_key=replica_a.api_key, reap_interval=0.2)
+    try:
+        with replica_a.client() as client_a, replica_b.client() as client_b:
+            created = client_a.create(heartbeat=False)
+            created.write_file("/workspace/state.txt", b"from A")
+            via_b = client_b.get(created.id)
+            assert via_b.read_file("/workspace/state.txt") == b"from A"
+            assert via_b.exec("echo via B").stdout == "via B\n"
+
+            replica_a.kill()  # crash A: its sandbox must stay usable through B
+            assert via_b.exec("cat /workspace/state.txt").stdout == "from A"
+
+            replica_a = local_server(store=redis_url, state_dir=state_dir, api_key=replica_b.api_key,
+                                     reap_interval=0.2)  # A restarts and re-adopts
+            with replica_a.client() as client_again:
+                assert client_again.get(created.id).exec("echo via A again").stdout == "via A again\n"
+                client_b.delete(created.id)
+                with pytest.raises(SandboxNotFound):
+                    client_again.get(created.id).exec("true")
+    finally:
+        replica_a.stop()
+        replica_b.stop()
+
+
+def test_agent_token_never_leaks(redis_url, tmp_path):
+    require_root()
+    import httpx
+    import redis
+
+    server = local_server(store=redis_url, state_dir=str(tmp_path / "state"))
+    try:
+        with server.client() as client, client.create() as sb:
+            record = redis.Redis.from_url(redis_url).get(f"orchard:sandbox:{sb.id}")
+            token = __import__("json").loads(record)["agent_token"]
+            assert len(token) > 20
+            headers = {"Authorization": f"Bearer {server.api_key}"}
+            bodies = [httpx.get(server.base_url + path, headers=headers).text for path in
+                      ("/v1/sandboxes", f"/v1/sandboxes/{sb.id}", "/openapi.json", "/metrics")]
+            bodies.append(httpx.post(f"{server.base_url}/v1/sandboxes/{sb.id}/heartbeat", headers=headers).text)
+            bodies.append(sb.exec("env; cat /proc/1/environ /proc/1/cmdline; ls -la /run/orchard").stdout)
+            assert not any(token in body for body in bodies)
+    finally:
+        server.stop()
