@@ -85,9 +85,9 @@ def test_unexpected_errors_are_server_errors(flaky_server):
 
 
 def test_connection_errors_are_typed():
-    with SandboxClient(f"http://127.0.0.1:{free_port()}", api_key="k", max_retries=1) as client:
-        with pytest.raises(OrchardConnectionError):
-            client.list()
+    with SandboxClient(f"http://127.0.0.1:{free_port()}", api_key="k", max_retries=1) as client, \
+            pytest.raises(OrchardConnectionError):
+        client.list()
 
 
 def test_missing_api_key_is_an_authentication_error(monkeypatch):

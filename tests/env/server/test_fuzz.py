@@ -39,13 +39,13 @@ def test_openapi_fuzzing_finds_no_server_errors(orchestrator, fuzz_sandbox):
     failures: list[str] = []
 
     for operation in operations:
-        deletes_sandbox = operation.method.upper() == "DELETE" and operation.path == "/v1/sandboxes/{sandbox_id}"
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
             @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
             @hypothesis.settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                                  suppress_health_check=list(hypothesis.HealthCheck))
             def check(case):
+                deletes_sandbox = case.method.upper() == "DELETE" and case.operation.path == "/v1/sandboxes/{sandbox_id}"
                 if case.path_parameters and "sandbox_id" in case.path_parameters and not deletes_sandbox:
                     case.path_parameters["sandbox_id"] = fuzz_sandbox.id  # reach the agent, not just a 404
                 if isinstance(case.body, dict) and case.operation.path.endswith(("/exec", "/exec/stream")):
