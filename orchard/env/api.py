@@ -42,6 +42,8 @@ class ErrorCode(StrEnum):
     PATH_OUTSIDE_SANDBOX = "path_outside_sandbox"
     IS_A_DIRECTORY = "is_a_directory"
     NOT_A_DIRECTORY = "not_a_directory"
+    PERMISSION_DENIED = "permission_denied"
+    NO_SPACE = "no_space"
     PROCESS_NOT_FOUND = "process_not_found"
     AGENT_UNAVAILABLE = "agent_unavailable"
     BACKEND_ERROR = "backend_error"

@@ -77,6 +77,12 @@ class IsADirectory(OrchardError): ...
 class NotADirectory(OrchardError): ...
 
 
+class PermissionDenied(OrchardError): ...
+
+
+class NoSpace(OrchardError): ...
+
+
 class ProcessNotFound(OrchardError): ...
 
 
@@ -116,6 +122,8 @@ _ERRORS: dict[str, type[OrchardError]] = {
     ErrorCode.PATH_OUTSIDE_SANDBOX: PathOutsideSandbox,
     ErrorCode.IS_A_DIRECTORY: IsADirectory,
     ErrorCode.NOT_A_DIRECTORY: NotADirectory,
+    ErrorCode.PERMISSION_DENIED: PermissionDenied,
+    ErrorCode.NO_SPACE: NoSpace,
     ErrorCode.PROCESS_NOT_FOUND: ProcessNotFound,
     ErrorCode.AGENT_UNAVAILABLE: AgentUnavailable,
     ErrorCode.BACKEND_ERROR: BackendUnavailable,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import time
@@ -28,7 +29,7 @@ from orchard.env.agent.patch import apply_patch
 from orchard.env.agent.paths import SandboxRoot
 from orchard.env.agent.processes import ProcessTable
 from orchard.env.auth import BearerAuth
-from orchard.env.problems import install_problem_handlers
+from orchard.env.problems import install_problem_handlers, problem_response
 
 AGENT_OOM_SCORE_ADJ = -900
 
@@ -46,6 +47,31 @@ def _protect_agent() -> None:
     """Make the agent the last thing the OOM killer picks (commands run at +1000)."""
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
         handle.write(str(AGENT_OOM_SCORE_ADJ))
+
+
+_ERRNO_PROBLEMS = {
+    errno.ENOENT: (404, api.ErrorCode.PATH_NOT_FOUND),
+    errno.EISDIR: (400, api.ErrorCode.IS_A_DIRECTORY),
+    errno.ENOTDIR: (400, api.ErrorCode.NOT_A_DIRECTORY),
+    errno.EEXIST: (400, api.ErrorCode.NOT_A_DIRECTORY),
+    errno.ENOTEMPTY: (400, api.ErrorCode.INVALID_REQUEST),
+    errno.ENAMETOOLONG: (400, api.ErrorCode.INVALID_REQUEST),
+    errno.ELOOP: (400, api.ErrorCode.INVALID_REQUEST),
+    errno.EACCES: (403, api.ErrorCode.PERMISSION_DENIED),
+    errno.EPERM: (403, api.ErrorCode.PERMISSION_DENIED),
+    errno.EROFS: (403, api.ErrorCode.PERMISSION_DENIED),
+    errno.EBUSY: (403, api.ErrorCode.PERMISSION_DENIED),
+    errno.ETXTBSY: (403, api.ErrorCode.PERMISSION_DENIED),
+    errno.ENOSPC: (507, api.ErrorCode.NO_SPACE),
+    errno.EDQUOT: (507, api.ErrorCode.NO_SPACE),
+}
+
+
+def _os_error(_: Request, exc: OSError) -> Response:
+    """File-system errors from any route become problems that say what the OS refused."""
+    status, code = _ERRNO_PROBLEMS.get(exc.errno, (400, api.ErrorCode.INVALID_REQUEST))
+    what = os.path.basename(exc.filename) if isinstance(exc.filename, str) else ""
+    return problem_response(status, code, f"{exc.strerror or exc}{': ' + what if what else ''}")
 
 
 def _json(model: api.BaseModel, status: int = 200) -> Response:
@@ -70,6 +96,7 @@ def create_app(config: AgentConfig) -> BearerAuth:
 
     app = FastAPI(title="Orchard Env agent", version=__version__, lifespan=lifespan)
     install_problem_handlers(app)
+    app.add_exception_handler(OSError, _os_error)
 
     def command_env(extra: dict[str, str]) -> dict[str, str]:
         return {**base_env, **extra} if extra else base_env

@@ -127,6 +127,9 @@ def test_missing_files_and_directories(agent):
     problem(agent.http.get("/files/list", params={"path": "/workspace/nope"}), 404, "path_not_found")
     agent.http.put("/files", params={"path": "/workspace/f"}, content=b"x")
     problem(agent.http.put("/files", params={"path": "/workspace/f/g"}, content=b"x"), 400, "not_a_directory")
+    problem(agent.http.put("/archive", params={"path": "/workspace/f"}, content=b""), 400, "not_a_directory")
+    problem(agent.http.put("/files", params={"path": "/workspace/" + "x" * 300}, content=b"x"), 400,
+            "invalid_request")
     assert agent.http.delete("/files", params={"path": "/workspace/f"}).status_code == 204
     problem(agent.http.delete("/files", params={"path": "/workspace/f"}), 404, "path_not_found")
 

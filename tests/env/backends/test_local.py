@@ -75,6 +75,15 @@ def test_sandboxes_cannot_see_each_other(client):
         assert marker not in found
 
 
+def test_refused_file_operations_are_client_errors(sandbox):
+    from orchard.env.client import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        sandbox.remove("/proc")  # a mount point: EBUSY inside the sandbox
+    with pytest.raises(PermissionDenied):
+        sandbox.write_file("/sys/orchard.txt", b"x")  # read-only sysfs: EROFS
+
+
 def test_capabilities_are_dropped(sandbox):
     assert not sandbox.exec("mount -t tmpfs none /mnt").ok
     assert not sandbox.exec("mknod /tmp/disk b 8 0").ok
