@@ -45,10 +45,9 @@ def run_agent(args: argparse.Namespace) -> None:
     config = AgentConfig(token=token, root=args.root, workdir=args.workdir, state_dir=args.state_dir,
                          env=tuple(env.items()))
     app = create_app(config)
-    if args.uds:
-        uvicorn.run(app, uds=args.uds, log_level="warning", access_log=False)
-    else:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    # The orchestrator keeps idle connections for 15 s: keep them longer here (see server/main.py).
+    listen = {"uds": args.uds} if args.uds else {"host": args.host, "port": args.port}
+    uvicorn.run(app, **listen, log_level="warning", access_log=False, timeout_keep_alive=120)
 
 
 def main() -> None:

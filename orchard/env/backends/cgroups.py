@@ -108,7 +108,10 @@ class CgroupManager:
         return found
 
 
-def rlimit_prefix(limits: Limits) -> str:
-    """Shell ``ulimit`` lines: the fallback when cgroups are not available (weaker: per process)."""
-    kib = limits.memory_bytes // 1024
-    return f"ulimit -v {kib} 2>/dev/null; ulimit -u {limits.pids} 2>/dev/null; "
+def rlimit_argv(limits: Limits) -> list[str]:
+    """A ``prlimit`` prefix: the fallback where cgroups cannot be written.
+
+    Weaker than cgroups: the address-space limit applies to each process, not to the sandbox, and
+    the process-count limit counts the user's processes everywhere (and does not bind root).
+    """
+    return ["prlimit", f"--as={limits.memory_bytes}", f"--nproc={limits.pids}"]

@@ -11,7 +11,8 @@ Layout of one sandbox under ``<state_dir>/sandboxes/<id>/``::
 The launcher is ``unshare`` (util-linux), run as a new session so the sandbox outlives the
 orchestrator process: a restarted orchestrator re-adopts it through the store, or reaps it.
 
-Isolation needs root or unprivileged user namespaces; without both, creation fails with
+Isolation needs root or unprivileged user namespaces (then the root is built from read-only bind
+mounts rather than an overlay, which the kernel refuses there); without both, creation fails with
 ``isolation_unavailable`` unless the spec says ``isolation="none"``, which runs the agent as a
 plain host process confined only in what the file API will touch (unsafe; for debugging).
 """
@@ -34,7 +35,7 @@ from importlib import resources
 
 from orchard.env.api import ErrorCode, SandboxSpec
 from orchard.env.backends.base import BackendError, SandboxHandle
-from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_prefix
+from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,11 @@ class LocalBackend:
                 flags = ["--user", "--map-root-user", *flags]
             init = str(resources.files("orchard.env.backends").joinpath("sandbox_init.sh"))
             inner = ["unshare", *flags, "/bin/sh", init]
-        prefix = 'for f; do echo $$ > "$f" || exit 1; done; ' if join else rlimit_prefix(limits)
-        return ["/bin/sh", "-c", prefix + "exec " + " ".join(shlex.quote(a) for a in inner), "launcher", *join]
+        if not join:
+            inner = [*rlimit_argv(limits), *inner]
+        joins = " ".join(shlex.quote(path) for path in join)
+        return ["/bin/sh", "-c", f'for f in {joins}; do echo $$ > "$f" || exit 1; done; exec "$@"', "launcher",
+                *inner]
 
     # ------------------------------------------------------------- lifecycle
 

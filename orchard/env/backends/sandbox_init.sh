@@ -3,6 +3,7 @@
 #
 # Builds the sandbox's private root and execs the agent in it:
 #   /                 overlay: the host's / read-only below, a private writable layer above
+#                     (rootless fallback: read-only binds of the host's top-level directories)
 #   hidden paths      replaced by empty private directories (/root, /home, /tmp, /run, state dir...)
 #   runtime paths     the agent's Python, bound read-only at their host paths
 #   /proc /dev /sys   fresh proc for the new pid namespace, a minimal /dev, read-only sysfs
@@ -16,7 +17,26 @@ SB="$ORCHARD_SANDBOX_DIR"
 R="$SB/merged"
 
 mount --make-rprivate /
-mount -t overlay overlay -o "lowerdir=/,upperdir=$SB/upper,workdir=$SB/work" "$R"
+if ! mount -t overlay overlay -o "lowerdir=/,upperdir=$SB/upper,workdir=$SB/work" "$R" 2>/dev/null; then
+  # Rootless (a user namespace), where the kernel refuses an overlay of the host's /: build the
+  # root from read-only bind mounts of the host's top-level directories on a small tmpfs instead.
+  # The host tree is then read-only; /workspace, /tmp, /root and the other hidden paths stay writable.
+  mount -t tmpfs -o mode=755,size=16m tmpfs "$R"
+  for entry in /* /.[!.]*; do
+    [ -e "$entry" ] || [ -L "$entry" ] || continue
+    name="${entry#/}"
+    case "$name" in proc|sys|dev|lost+found) mkdir -p "$R/$name"; continue ;; esac
+    if [ -L "$entry" ]; then
+      ln -s "$(readlink "$entry")" "$R/$name"
+    else
+      if [ -d "$entry" ]; then mkdir -p "$R/$name"; else touch "$R/$name"; fi
+      mount --rbind "$entry" "$R/$name"
+      mount -o remount,bind,ro "$R/$name" 2>/dev/null || true
+    fi
+  done
+  mkdir -p "$SB/upper$ORCHARD_WORKDIR" "$R$ORCHARD_WORKDIR"
+  mount --bind "$SB/upper$ORCHARD_WORKDIR" "$R$ORCHARD_WORKDIR"
+fi
 
 n=0
 for path in $ORCHARD_HIDE; do
@@ -48,7 +68,8 @@ ln -s /proc/self/fd "$R/dev/fd"
 ln -s /proc/self/fd/0 "$R/dev/stdin"
 ln -s /proc/self/fd/1 "$R/dev/stdout"
 ln -s /proc/self/fd/2 "$R/dev/stderr"
-mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys" 2>/dev/null || mount -o remount,bind,ro "$R/sys" 2>/dev/null || true
+mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$R/sys" 2>/dev/null ||
+  { mount --rbind /sys "$R/sys" && mount -o remount,bind,ro "$R/sys"; } 2>/dev/null || true
 
 mkdir -p "$R$ORCHARD_WORKDIR" "$R/run/orchard"
 mount --bind "$SB/run" "$R/run/orchard"

@@ -13,6 +13,7 @@ from orchard.env.server.app import create_app
 from orchard.env.store import open_store
 
 API_KEY_ENV = "ORCHARD_API_KEY"
+KEEP_ALIVE_SECONDS = 120
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -39,5 +40,7 @@ def serve(args: argparse.Namespace) -> None:
 
     backend = LocalBackend(args.state_dir)
     app = create_app(backend, open_store(args.store), args.api_key, reap_interval=args.reap_interval)
+    # Clients keep idle connections for 30 s; the server must keep them longer, or a request sent on
+    # a connection the server is closing at that moment is reset (uvicorn's default is 5 s).
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=10)
+                timeout_graceful_shutdown=10, timeout_keep_alive=KEEP_ALIVE_SECONDS)

@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
+import tempfile
 
+import httpx
 import pytest
 
 from orchard.env import PathOutsideSandbox
 from orchard.env.api import SandboxSpec
 from orchard.env.backends.base import BackendError
 from orchard.env.backends.local import LocalBackend
+from tests.conftest import require_root, wait_until
 
 
 def test_host_processes_are_invisible(sandbox):
@@ -122,3 +126,92 @@ def test_without_root_or_user_namespaces_isolation_is_refused(tmp_path):
     with pytest.raises(BackendError) as error:
         asyncio.run(backend.create("abc", SandboxSpec()))
     assert error.value.code == "isolation_unavailable" and "isolation='none'" in error.value.detail
+
+
+class DirectSandbox:
+    """A sandbox made by a LocalBackend alone (no orchestrator), driven over its agent socket."""
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend = backend
+
+    async def start(self, spec: SandboxSpec) -> DirectSandbox:
+        self.handle = await self.backend.create(secrets.token_hex(8), spec)
+        socket_path = self.handle.agent_url.removeprefix("unix://")
+        self.http = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=socket_path), base_url="http://agent",
+                                      headers={"Authorization": f"Bearer {self.handle.agent_token}"}, timeout=60)
+        for _ in range(3000):
+            try:
+                if (await self.http.get("/health")).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                assert await self.backend.failure(self.handle) is None
+            await asyncio.sleep(0.01)
+        raise AssertionError("agent never became healthy")
+
+    async def exec(self, command: str) -> dict:
+        return (await self.http.post("/exec", json={"command": command, "timeout": 60})).json()
+
+    async def close(self) -> None:
+        await self.http.aclose()
+        await self.backend.delete(self.handle)
+
+
+@pytest.fixture
+def short_state_dir():
+    """A state dir with a short path, so that agent socket paths fit in sun_path for httpx."""
+    path = tempfile.mkdtemp(prefix="orch-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def rootless_backend(short_state_dir):
+    """The user-namespace path, as a user without root would get it (run here as root)."""
+    require_root()
+    backend = LocalBackend(short_state_dir)
+    backend.rootful, backend._userns = False, True
+    return backend
+
+
+async def test_rootless_sandboxes_are_isolated(rootless_backend):
+    secret = f"/root/orchard-rootless-{secrets.token_hex(6)}"
+    with open(secret, "w") as handle:
+        handle.write("secret")
+    sb = await DirectSandbox(rootless_backend).start(SandboxSpec())
+    try:
+        assert (await sb.exec("cat /proc/self/uid_map"))["stdout"].split() == ["0", "0", "1"]  # a user namespace
+        assert int((await sb.exec("ps -e --no-headers | wc -l"))["stdout"]) <= 4  # agent, sh, ps, wc
+        assert (await sb.exec(f"cat {secret}"))["exit_code"] != 0
+        assert os.path.basename(secret) not in (await sb.exec("ls -A /root /home"))["stdout"]
+        assert (await sb.exec("echo data > /workspace/f && cat /workspace/f"))["stdout"] == "data\n"
+        assert (await sb.exec("touch /usr/orchard-rootless"))["exit_code"] != 0  # host tree is read-only here
+        assert (await sb.exec("mount -t tmpfs none /mnt"))["exit_code"] != 0
+        assert (await sb.exec("ls /sys/class/net"))["stdout"].split() == ["lo"]
+    finally:
+        await sb.close()
+        os.unlink(secret)
+    assert not os.path.exists(sb.handle.data["dir"])
+
+
+async def test_rlimits_bound_memory_where_cgroups_are_unavailable(short_state_dir):
+    require_root()
+    backend = LocalBackend(short_state_dir)
+    backend.cgroups.available = False
+    sb = await DirectSandbox(backend).start(SandboxSpec(memory="256Mi", pids=300))
+    try:
+        hog = await sb.exec("python3 -c 'x = bytearray(512 * 1024 * 1024)'")
+        assert hog["exit_code"] == 1 and "MemoryError" in hog["stderr"]
+        assert (await sb.exec("ulimit -v"))["stdout"].strip() == str(256 * 1024)
+        assert (await sb.exec("echo alive"))["stdout"] == "alive\n"
+    finally:
+        await sb.close()
+
+
+def test_the_agent_reaps_orphans_as_pid_1(sandbox):
+    sandbox.exec("for i in 1 2 3 4 5; do (sleep 0.05 &) ; done").check()
+
+    def no_zombies() -> bool:
+        states = sandbox.exec("ps -eo stat --no-headers").stdout.split()
+        return not any(state.startswith("Z") for state in states)
+
+    wait_until(no_zombies, what="orphans to be reaped")
