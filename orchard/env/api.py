@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 API_PREFIX = "/v1"
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 20  # per stream
@@ -64,15 +64,15 @@ class Problem(BaseModel):
 
 # --------------------------------------------------------------------------- exec
 
-Text = Annotated[str, Field(max_length=1 << 20)]
-EnvMap = Annotated[dict[str, str], Field(max_length=1024)]
-
-
 def _check_env(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
         if not key or "=" in key or "\0" in key or "\0" in value:
             raise ValueError(f"invalid environment variable {key!r}")
     return env
+
+
+Text = Annotated[str, Field(max_length=1 << 20)]
+EnvMap = Annotated[dict[str, str], Field(max_length=1024), AfterValidator(_check_env)]
 
 
 class CommandSpec(BaseModel):
@@ -102,11 +102,6 @@ class CommandSpec(BaseModel):
         if cwd is not None and (not cwd or "\0" in cwd):
             raise ValueError("cwd must be a non-empty path without NUL bytes")
         return cwd
-
-    @field_validator("env")
-    @classmethod
-    def _env_ok(cls, env: dict[str, str]) -> dict[str, str]:
-        return _check_env(env)
 
 
 class ExecRequest(CommandSpec):
@@ -258,11 +253,6 @@ class SandboxSpec(BaseModel):
         if not (16 << 20) <= size <= (1 << 40):
             raise ValueError("memory must be between 16Mi and 1Ti")
         return memory
-
-    @field_validator("env")
-    @classmethod
-    def _env_ok(cls, env: dict[str, str]) -> dict[str, str]:
-        return _check_env(env)
 
     @property
     def memory_bytes(self) -> int:

@@ -1,4 +1,4 @@
-"""Problem-detail errors for the agent and the orchestrator.
+"""Problem-detail errors and JSON responses shared by the agent and the orchestrator.
 
 Both servers raise :class:`ProblemError` and install :func:`install_problem_handlers`, so every
 error, including request-validation errors and unexpected exceptions, is answered with a JSON
@@ -11,7 +11,8 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from orchard.env.api import ErrorCode, Problem
@@ -43,6 +44,16 @@ def problem_response(status: int, code: ErrorCode, detail: str = "", headers: di
                         media_type="application/problem+json")
 
 
+def json_response(model: BaseModel, status: int = 200) -> Response:
+    """Serialise a model with pydantic's own encoder (faster than FastAPI's generic path)."""
+    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
+
+
+def validation_detail(errors: list[dict]) -> str:
+    """One line per validation error: ``location: message``."""
+    return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors)[:2000]
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(ProblemError)
     async def _problem(_: Request, exc: ProblemError) -> JSONResponse:
@@ -50,10 +61,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = "; ".join(
-            f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', '')}" for err in exc.errors()
-        )
-        return problem_response(422, ErrorCode.INVALID_REQUEST, errors[:2000])
+        return problem_response(422, ErrorCode.INVALID_REQUEST, validation_detail(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -29,7 +29,7 @@ from orchard.env.agent.patch import apply_patch
 from orchard.env.agent.paths import SandboxRoot
 from orchard.env.agent.processes import ProcessTable
 from orchard.env.auth import BearerAuth
-from orchard.env.problems import install_problem_handlers, problem_response
+from orchard.env.problems import install_problem_handlers, json_response, problem_response
 
 AGENT_OOM_SCORE_ADJ = -900
 
@@ -74,10 +74,6 @@ def _os_error(_: Request, exc: OSError) -> Response:
     return problem_response(status, code, f"{exc.strerror or exc}{': ' + what if what else ''}")
 
 
-def _json(model: api.BaseModel, status: int = 200) -> Response:
-    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
-
-
 def create_app(config: AgentConfig) -> BearerAuth:
     root = SandboxRoot(config.root, config.workdir)
     processes = ProcessTable(os.path.join(config.state_dir, "processes"))
@@ -103,7 +99,7 @@ def create_app(config: AgentConfig) -> BearerAuth:
 
     @app.get("/health", response_model=api.Health)
     async def health() -> Response:
-        return _json(api.Health(version=__version__, pid=os.getpid(), uptime=time.time() - started))
+        return json_response(api.Health(version=__version__, pid=os.getpid(), uptime=time.time() - started))
 
     @app.post("/exec", response_model=api.ExecResponse)
     async def exec_command(request: api.ExecRequest) -> Response:
@@ -113,7 +109,7 @@ def create_app(config: AgentConfig) -> BearerAuth:
                             timeout=request.timeout, stdout_sink=out.write, stderr_sink=err.write)
         stdout, stdout_encoding = api.encode_output(out.getvalue())
         stderr, stderr_encoding = api.encode_output(err.getvalue())
-        return _json(api.ExecResponse(
+        return json_response(api.ExecResponse(
             exit_code=outcome.exit_code, stdout=stdout, stderr=stderr, stdout_encoding=stdout_encoding,
             stderr_encoding=stderr_encoding, stdout_total=out.total, stderr_total=err.total,
             timed_out=outcome.timed_out, truncated=out.truncated or err.truncated, duration=outcome.duration,
@@ -140,15 +136,15 @@ def create_app(config: AgentConfig) -> BearerAuth:
                     getter = asyncio.ensure_future(chunks.get())
                     await asyncio.wait([getter, task], return_when=asyncio.FIRST_COMPLETED)
                     if getter.done():
-                        yield getter.result().model_dump_json().encode() + b"\n"
+                        yield getter.result().model_dumpjson_response().encode() + b"\n"
                         continue
                     getter.cancel()
                     break
                 while not chunks.empty():
-                    yield chunks.get_nowait().model_dump_json().encode() + b"\n"
+                    yield chunks.get_nowait().model_dumpjson_response().encode() + b"\n"
                 outcome = task.result()
                 yield api.StreamEvent(type="exit", exit_code=outcome.exit_code, timed_out=outcome.timed_out,
-                                      duration=outcome.duration).model_dump_json().encode() + b"\n"
+                                      duration=outcome.duration).model_dumpjson_response().encode() + b"\n"
             finally:
                 task.cancel()  # a client that hangs up kills the command
                 await asyncio.gather(task, return_exceptions=True)
@@ -160,7 +156,7 @@ def create_app(config: AgentConfig) -> BearerAuth:
     @app.post("/processes", response_model=api.ProcessInfo)
     async def process_start(request: api.ProcessStartRequest) -> Response:
         cwd = root.workdir_path(request.cwd)
-        return _json(processes.start(request.command, cwd=cwd, env=command_env(request.env), name=request.name))
+        return json_response(processes.start(request.command, cwd=cwd, env=command_env(request.env), name=request.name))
 
     @app.get("/processes", response_model=list[api.ProcessInfo])
     async def process_list() -> list[api.ProcessInfo]:
@@ -168,7 +164,7 @@ def create_app(config: AgentConfig) -> BearerAuth:
 
     @app.get("/processes/{process_id}", response_model=api.ProcessInfo)
     async def process_get(process_id: str) -> Response:
-        return _json(processes.get(process_id).info())
+        return json_response(processes.get(process_id).info())
 
     @app.get("/processes/{process_id}/logs")
     async def process_logs(process_id: str, offset: int = Query(0, ge=0),
@@ -179,13 +175,13 @@ def create_app(config: AgentConfig) -> BearerAuth:
 
     @app.delete("/processes/{process_id}", response_model=api.ProcessInfo)
     async def process_kill(process_id: str, signal_number: int = Query(int(signal.SIGKILL), alias="signal")) -> Response:
-        return _json(processes.kill(process_id, signal_number))
+        return json_response(processes.kill(process_id, signal_number))
 
     # --------------------------------------------------------------------- files
 
     @app.put("/files", response_model=api.FileInfo)
     async def file_write(request: Request, path: str, mode: int | None = Query(None, ge=0, le=0o7777)) -> Response:
-        return _json(await files.write_file(root, path, request.stream(), mode))
+        return json_response(await files.write_file(root, path, request.stream(), mode))
 
     @app.get("/files", response_class=StreamingResponse)
     async def file_read(path: str) -> StreamingResponse:
@@ -204,11 +200,11 @@ def create_app(config: AgentConfig) -> BearerAuth:
 
     @app.get("/files/stat", response_model=api.FileInfo)
     async def file_stat(path: str) -> Response:
-        return _json(files.stat_path(root, path))
+        return json_response(files.stat_path(root, path))
 
     @app.put("/archive", response_model=api.FileInfo)
     async def archive_write(request: Request, path: str) -> Response:
-        return _json(await files.extract_tar(root, path, request.stream()))
+        return json_response(await files.extract_tar(root, path, request.stream()))
 
     @app.get("/archive", response_class=StreamingResponse)
     async def archive_read(path: str) -> StreamingResponse:
@@ -216,6 +212,6 @@ def create_app(config: AgentConfig) -> BearerAuth:
 
     @app.post("/patch", response_model=api.PatchResponse)
     async def patch(request: api.PatchRequest) -> Response:
-        return _json(await apply_patch(request.diff, root.workdir_path(request.cwd), request.fuzz))
+        return json_response(await apply_patch(request.diff, root.workdir_path(request.cwd), request.fuzz))
 
     return BearerAuth(app, config.token, exempt=frozenset({"/health"}))

@@ -13,18 +13,14 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from orchard.env import api
-from orchard.env.problems import ProblemError
+from orchard.env.problems import ProblemError, json_response, validation_detail
 from orchard.env.server.agents import AgentError
 from orchard.env.server.lifecycle import SandboxManager
 
 _PASS_HEADERS = ("content-type", "content-length", api.NEXT_OFFSET_HEADER)
-
-
-def _json(model: BaseModel, status: int = 200) -> Response:
-    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
 
 
 def lifecycle_router(manager: SandboxManager) -> APIRouter:
@@ -32,15 +28,15 @@ def lifecycle_router(manager: SandboxManager) -> APIRouter:
 
     @router.post("", status_code=201, response_model=api.SandboxInfo)
     async def create_sandbox(spec: api.SandboxSpec, wait: bool = True) -> Response:
-        return _json(await manager.create(spec, wait=wait), 201)
+        return json_response(await manager.create(spec, wait=wait), 201)
 
     @router.get("", response_model=api.SandboxList)
     async def list_sandboxes() -> Response:
-        return _json(api.SandboxList(sandboxes=await manager.list()))
+        return json_response(api.SandboxList(sandboxes=await manager.list()))
 
     @router.get("/{sandbox_id}", response_model=api.SandboxInfo)
     async def get_sandbox(sandbox_id: str) -> Response:
-        return _json((await manager.record(sandbox_id, fresh=True)).info)
+        return json_response((await manager.record(sandbox_id, fresh=True)).info)
 
     @router.delete("/{sandbox_id}", status_code=204)
     async def delete_sandbox(sandbox_id: str) -> Response:
@@ -49,11 +45,11 @@ def lifecycle_router(manager: SandboxManager) -> APIRouter:
 
     @router.post("/{sandbox_id}/wait", response_model=api.SandboxInfo)
     async def wait_sandbox(sandbox_id: str, timeout: float = Query(60.0, gt=0, le=600)) -> Response:
-        return _json(await manager.wait_ready(sandbox_id, timeout))
+        return json_response(await manager.wait_ready(sandbox_id, timeout))
 
     @router.post("/{sandbox_id}/heartbeat", response_model=api.SandboxInfo)
     async def heartbeat(sandbox_id: str) -> Response:
-        return _json(await manager.heartbeat(sandbox_id))
+        return json_response(await manager.heartbeat(sandbox_id))
 
     return router
 
@@ -93,9 +89,9 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
         if isinstance(route.body, type):
             content = await request.body()
             try:
-                route.body.model_validate_json(content)
+                route.body.model_validatejson_response(content)
             except ValidationError as exc:
-                raise ProblemError(422, api.ErrorCode.INVALID_REQUEST, _errors(exc)) from None
+                raise ProblemError(422, api.ErrorCode.INVALID_REQUEST, validation_detail(exc.errors())) from None
             headers["content-type"] = "application/json"
         elif route.body == "raw":
             content = request.stream()
@@ -134,10 +130,6 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
 
     forward.__name__ = route.name
     return forward
-
-
-def _errors(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())[:2000]
 
 
 def install_hot_routes(app: FastAPI, manager: SandboxManager) -> None:
