@@ -136,15 +136,15 @@ def create_app(config: AgentConfig) -> BearerAuth:
                     getter = asyncio.ensure_future(chunks.get())
                     await asyncio.wait([getter, task], return_when=asyncio.FIRST_COMPLETED)
                     if getter.done():
-                        yield getter.result().model_dumpjson_response().encode() + b"\n"
+                        yield getter.result().model_dump_json().encode() + b"\n"
                         continue
                     getter.cancel()
                     break
                 while not chunks.empty():
-                    yield chunks.get_nowait().model_dumpjson_response().encode() + b"\n"
+                    yield chunks.get_nowait().model_dump_json().encode() + b"\n"
                 outcome = task.result()
                 yield api.StreamEvent(type="exit", exit_code=outcome.exit_code, timed_out=outcome.timed_out,
-                                      duration=outcome.duration).model_dumpjson_response().encode() + b"\n"
+                                      duration=outcome.duration).model_dump_json().encode() + b"\n"
             finally:
                 task.cancel()  # a client that hangs up kills the command
                 await asyncio.gather(task, return_exceptions=True)

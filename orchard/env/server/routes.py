@@ -89,7 +89,7 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
         if isinstance(route.body, type):
             content = await request.body()
             try:
-                route.body.model_validatejson_response(content)
+                route.body.model_validate_json(content)
             except ValidationError as exc:
                 raise ProblemError(422, api.ErrorCode.INVALID_REQUEST, validation_detail(exc.errors())) from None
             headers["content-type"] = "application/json"
