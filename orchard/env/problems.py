@@ -7,7 +7,10 @@ problem body that carries a stable ``code``, never with a bare 500 and a stack t
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from orchard.env.api import ErrorCode, Problem
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _STATUS_CODES = {
     401: ErrorCode.UNAUTHORIZED,
@@ -52,6 +56,29 @@ def json_response(model: BaseModel, status: int = 200) -> Response:
 def validation_detail(errors: list[dict]) -> str:
     """One line per validation error: ``location: message``."""
     return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors)[:2000]
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``, but cancel it if the client hangs up first.
+
+    ASGI servers do not cancel a handler whose client went away, so a command would run on to its
+    own timeout (holding the sandbox's exec lock) after the caller gave up. Only for requests
+    whose body has been read: the next ``receive`` then waits for the disconnect.
+    """
+    task = asyncio.ensure_future(work)
+
+    async def hang_up() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(hang_up())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+    return await task  # raises CancelledError if the client left: nobody is there to answer
 
 
 def install_problem_handlers(app: FastAPI) -> None:

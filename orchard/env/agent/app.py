@@ -29,7 +29,12 @@ from orchard.env.agent.patch import apply_patch
 from orchard.env.agent.paths import SandboxRoot
 from orchard.env.agent.processes import ProcessTable
 from orchard.env.auth import BearerAuth
-from orchard.env.problems import install_problem_handlers, json_response, problem_response
+from orchard.env.problems import (
+    cancel_on_disconnect,
+    install_problem_handlers,
+    json_response,
+    problem_response,
+)
 
 AGENT_OOM_SCORE_ADJ = -900
 
@@ -102,11 +107,12 @@ def create_app(config: AgentConfig) -> BearerAuth:
         return json_response(api.Health(version=__version__, pid=os.getpid(), uptime=time.time() - started))
 
     @app.post("/exec", response_model=api.ExecResponse)
-    async def exec_command(request: api.ExecRequest) -> Response:
+    async def exec_command(request: api.ExecRequest, http: Request) -> Response:
         cwd = root.workdir_path(request.cwd)
         out, err = CappedBuffer(request.max_output_bytes), CappedBuffer(request.max_output_bytes)
-        outcome = await run(request.command, cwd=cwd, env=command_env(request.env), stdin=request.stdin_bytes(),
-                            timeout=request.timeout, stdout_sink=out.write, stderr_sink=err.write)
+        outcome = await cancel_on_disconnect(http, run(
+            request.command, cwd=cwd, env=command_env(request.env), stdin=request.stdin_bytes(),
+            timeout=request.timeout, stdout_sink=out.write, stderr_sink=err.write))
         stdout, stdout_encoding = api.encode_output(out.getvalue())
         stderr, stderr_encoding = api.encode_output(err.getvalue())
         return json_response(api.ExecResponse(

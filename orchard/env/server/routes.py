@@ -11,12 +11,13 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
+import aiohttp
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from orchard.env import api
-from orchard.env.problems import ProblemError, json_response, validation_detail
+from orchard.env.problems import ProblemError, cancel_on_disconnect, json_response, validation_detail
 from orchard.env.server.agents import AgentError
 from orchard.env.server.lifecycle import SandboxManager
 
@@ -103,11 +104,17 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
             if route.serialised:
                 await exits.enter_async_context(manager.lock(sandbox_id))
             try:
-                response = await exits.enter_async_context(agent.session.request(
-                    route.method, agent.base_url + agent_path, params=list(request.query_params.multi_items()),
-                    data=content, headers=headers))
-                if not streamed or response.status >= 400:
-                    body = await response.read()
+                call = agent.session.request(route.method, agent.base_url + agent_path,
+                                             params=list(request.query_params.multi_items()), data=content,
+                                             headers=headers)
+                if streamed:
+                    response = await exits.enter_async_context(call)
+                    if response.status >= 400:
+                        body = await response.read()
+                else:
+                    # A caller that hangs up cancels the agent call, which kills the command there.
+                    response, body = await cancel_on_disconnect(request, _read(call)) if isinstance(
+                        route.body, type) else await _read(call)
             except AgentError as exc:
                 raise await manager.agent_lost(sandbox_id, exc) from None
             out_headers = {k: v for k in _PASS_HEADERS if (v := response.headers.get(k)) is not None}
@@ -130,6 +137,11 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
 
     forward.__name__ = route.name
     return forward
+
+
+async def _read(call) -> tuple[aiohttp.ClientResponse, bytes]:
+    async with call as response:
+        return response, await response.read()
 
 
 def install_hot_routes(app: FastAPI, manager: SandboxManager) -> None:

@@ -18,6 +18,7 @@ from orchard.env import (
     SandboxNotFound,
 )
 from orchard.env.client import NotADirectory
+from tests.conftest import wait_until
 
 
 def test_exec_result_fields(sandbox):
@@ -166,3 +167,15 @@ def test_sync_client_from_many_threads(client, sandbox):
     for thread in threads:
         thread.join()
     assert not errors and results == ["hi\n"] * 8
+
+
+def test_a_caller_that_gives_up_kills_its_command(orchestrator, sandbox):
+    async def give_up() -> None:
+        async with orchestrator.async_client() as client:
+            sb = await client.get(sandbox.id)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(sb.exec("sleep 1000 & echo $! > /tmp/abandoned; wait", timeout=600), 1.0)
+
+    asyncio.run(give_up())
+    pid = sandbox.exec("cat /tmp/abandoned").check().stdout.strip()  # the exec lock was released
+    wait_until(lambda: not sandbox.exec(f"kill -0 {pid}").ok, what="the abandoned command to be killed")
