@@ -47,8 +47,8 @@ def test_ttl_expiry_reaps(client, orchestrator):
 
 
 def test_heartbeats_extend_the_ttl(client):
-    with client.create(ttl=1.0) as sb:  # the SDK beats every ttl/3
-        deadline = time.monotonic() + 3.0
+    with client.create(ttl=2.0) as sb:  # the SDK beats every ttl/3
+        deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             assert sb.exec("true").ok  # would raise SandboxNotFound once reaped
             time.sleep(0.2)
