@@ -47,15 +47,12 @@ class CgroupManager:
         return {c: os.path.join(self.root, c, self.group) for c in ("memory", "pids", "cpu")}
 
     def _prepare(self) -> bool:
-        try:
-            for base in self._bases().values():
-                os.makedirs(base, exist_ok=True)
-            if self.version == 2:
-                _write(os.path.join(self._bases()["unified"], "cgroup.subtree_control"), "+memory +pids +cpu")
+        """Whether this process may create cgroups here; nothing is created until a sandbox needs it."""
+        parents = [os.path.dirname(base) for base in self._bases().values()]
+        if all(os.path.isdir(p) and os.access(p, os.W_OK) for p in parents):
             return True
-        except OSError as exc:
-            log.warning("cgroups unavailable (%s); falling back to rlimits", exc)
-            return False
+        log.warning("cgroups under %s are not writable; falling back to rlimits", self.root)
+        return False
 
     def paths(self, sandbox_id: str) -> dict[str, str]:
         return {c: os.path.join(base, sandbox_id) for c, base in self._bases().items()}
@@ -63,6 +60,9 @@ class CgroupManager:
     def create(self, sandbox_id: str, limits: Limits) -> list[str]:
         """Create the sandbox's cgroups; return the ``cgroup.procs`` files its launcher must join."""
         paths = self.paths(sandbox_id)
+        if self.version == 2:
+            os.makedirs(self._bases()["unified"], exist_ok=True)
+            _write(os.path.join(self._bases()["unified"], "cgroup.subtree_control"), "+memory +pids +cpu")
         for path in paths.values():
             os.makedirs(path, exist_ok=True)
         quota = max(1000, int(limits.cpu * CPU_PERIOD_US))
@@ -98,6 +98,12 @@ class CgroupManager:
         for path in self.paths(sandbox_id).values():
             with contextlib.suppress(FileNotFoundError, OSError):
                 os.rmdir(path)
+
+    def remove_group(self) -> None:
+        """Remove this manager's (empty) group directories; sandboxes still running keep them."""
+        for base in self._bases().values():
+            with contextlib.suppress(OSError):
+                os.rmdir(base)
 
     def list(self) -> set[str]:
         """Sandbox ids that still have cgroups (used to find leaks)."""

@@ -233,6 +233,8 @@ class LocalBackend:
 
     async def close(self) -> None:
         self._launchers.clear()
+        if self.cgroups.available:
+            self.cgroups.remove_group()
 
 
 def _children(pid: int) -> list[int]:

@@ -170,7 +170,8 @@ def rootless_backend(short_state_dir):
     require_root()
     backend = LocalBackend(short_state_dir)
     backend.rootful, backend._userns = False, True
-    return backend
+    yield backend
+    asyncio.run(backend.close())
 
 
 async def test_rootless_sandboxes_are_isolated(rootless_backend):
