@@ -259,7 +259,8 @@ class SandboxSpec(BaseModel):
         return parse_memory(self.memory)
 
 
-SandboxStatus = Literal["creating", "ready", "failed", "deleting"]
+# A sandbox that fails to start is deleted, and the create (or wait) call answers with the reason.
+SandboxStatus = Literal["creating", "ready"]
 
 
 class SandboxInfo(BaseModel):
@@ -269,7 +270,6 @@ class SandboxInfo(BaseModel):
     created_at: float
     expires_at: float
     backend: str
-    error: str | None = None
 
 
 class SandboxList(BaseModel):
