@@ -175,3 +175,14 @@ def test_agent_token_never_leaks(redis_url, tmp_path):
             assert not any(token in body for body in bodies)
     finally:
         server.stop()
+
+
+def test_a_sandbox_that_cannot_start_is_a_clear_error_and_leaves_nothing(client, orchestrator):
+    from orchard.env.client import BackendUnavailable
+
+    before = set(os.listdir(os.path.join(orchestrator.state_dir, "sandboxes")))
+    with pytest.raises(BackendUnavailable) as error:
+        client.create(workdir="/proc/cannot-exist")  # the init script cannot create it
+    assert "failed to start" in error.value.detail and "/proc/cannot-exist" in error.value.detail
+    assert set(os.listdir(os.path.join(orchestrator.state_dir, "sandboxes"))) == before
+    assert all(info.spec.workdir != "/proc/cannot-exist" for info in client.list())
