@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-EXTRAS := env,redis,dev
+EXTRAS := env,train,redis,dev
 # Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch) and tests (redis).
 APT_PACKAGES := redis-server util-linux iproute2 git patch
 PYTEST_ARGS ?=

@@ -51,3 +51,14 @@ def test_every_hot_route_is_implemented_by_the_agent():
     served = {(method, route.path) for route in agent.routes for method in getattr(route, "methods", ())}
     for hot in api.HOT_ROUTES:
         assert (hot.method, hot.path) in served, hot.name
+
+
+def test_orchard_env_depends_on_nothing_else_in_orchard():
+    import subprocess
+    import sys
+
+    probe = ("import sys, orchard.env, orchard.env.client, orchard.env.server.app, orchard.env.agent.app; "
+             "print(sorted(m for m in sys.modules if m.startswith('orchard.') and not m.startswith('orchard.env'))"
+             " + sorted(m for m in ('jax', 'flax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

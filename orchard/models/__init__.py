@@ -1,0 +1,7 @@
+"""Decoder-only transformers (Llama, Qwen2, Qwen3, Qwen3-MoE) in Flax NNX, and their weight I/O."""
+
+from orchard.models.config import ModelConfig
+from orchard.models.transformer import Transformer
+from orchard.models.weights import from_pretrained
+
+__all__ = ["ModelConfig", "Transformer", "from_pretrained"]

@@ -1,0 +1,95 @@
+"""One configuration for the decoder family, read from a Hugging Face ``config.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+
+SUPPORTED = ("llama", "qwen2", "qwen3", "qwen3_moe")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10_000.0
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    max_position_embeddings: int = 4096
+    # Mixture of experts (Qwen3-MoE); num_experts == 0 means a dense model.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = True
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    # Dtype policy: activations are computed in `dtype`, parameters are stored in `param_dtype`.
+    dtype: str = "bfloat16"
+    param_dtype: str = "float32"
+
+    def is_moe_layer(self, index: int) -> bool:
+        return (self.num_experts > 0 and index not in self.mlp_only_layers
+                and (index + 1) % self.decoder_sparse_step == 0)
+
+    def replace(self, **changes) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_hf(cls, hf: dict, **overrides) -> ModelConfig:
+        """Map a transformers config dict onto the family's fields."""
+        model_type = hf.get("model_type")
+        if model_type not in SUPPORTED:
+            raise ValueError(f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED)}")
+        # transformers 4.x writes rope_theta/rope_scaling; 5.x writes rope_parameters.
+        rope = {**(hf.get("rope_scaling") or {}), **(hf.get("rope_parameters") or {})}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", None):
+            raise NotImplementedError(f"rope type {rope_type!r} is not implemented yet")
+        rope_theta = hf.get("rope_theta") or rope.get("rope_theta", 10_000.0)
+        heads = hf["num_attention_heads"]
+        attention_bias = bool(hf.get("attention_bias", False))
+        fields = dict(
+            model_type=model_type,
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=hf.get("num_key_value_heads") or heads,
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope_theta),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            # Qwen2 always has q/k/v biases; Llama and Qwen3 follow `attention_bias` (o_proj too).
+            qkv_bias=True if model_type == "qwen2" else attention_bias,
+            o_bias=False if model_type == "qwen2" else attention_bias,
+            qk_norm=model_type in ("qwen3", "qwen3_moe"),
+            max_position_embeddings=hf.get("max_position_embeddings", 4096),
+        )
+        if model_type == "qwen3_moe":
+            fields.update(
+                num_experts=hf.get("num_experts") or hf["num_local_experts"],
+                num_experts_per_tok=hf["num_experts_per_tok"],
+                moe_intermediate_size=hf["moe_intermediate_size"],
+                norm_topk_prob=bool(hf.get("norm_topk_prob", True)),
+                decoder_sparse_step=hf.get("decoder_sparse_step", 1),
+                mlp_only_layers=tuple(hf.get("mlp_only_layers") or ()),
+            )
+        fields.update(overrides)
+        return cls(**fields)
+
+    @classmethod
+    def from_pretrained(cls, path: str, **overrides) -> ModelConfig:
+        with open(os.path.join(path, "config.json")) as handle:
+            return cls.from_hf(json.load(handle), **overrides)

@@ -1,0 +1,196 @@
+"""The decoder family in Flax NNX: Llama (SmolLM2), Qwen2/2.5, Qwen3 and Qwen3-MoE.
+
+One module tree covers all of them; :class:`~orchard.models.config.ModelConfig` switches the
+differences (q/k/v biases, QK-norm, tied embeddings, MoE layers). Module and parameter names follow
+the Hugging Face checkpoints (``model.layers.N.self_attn.q_proj``...), so weight I/O is a rename
+plus a transpose: linear kernels are stored ``[in, out]``, HF stores ``[out, in]``.
+
+Every parameter carries logical axis names (``logical_axes=``) for mapping onto a mesh later
+(``vocab``, ``embed``, ``heads``, ``kv_heads``, ``mlp``, ``experts``).
+
+Departures from the reference:
+* The MoE block runs every expert on every token and weights the outputs by the (top-k, optionally
+  renormalised) router probabilities. The result equals HF's sparse dispatch; the cost is
+  ``num_experts / top_k`` times the FLOPs, which is fine for tests and small models. An expert-
+  parallel dispatch belongs with the sharded trainer.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from orchard.models.config import ModelConfig
+
+
+def _param(rngs: nnx.Rngs, shape: tuple[int, ...], dtype, axes: tuple[str | None, ...], scale: float = 0.02):
+    return nnx.Param(scale * jax.random.normal(rngs.params(), shape, dtype), logical_axes=axes)
+
+
+class Linear(nnx.Module):
+    def __init__(self, d_in: int, d_out: int, *, bias: bool, axes: tuple[str | None, str | None],
+                 cfg: ModelConfig, rngs: nnx.Rngs) -> None:
+        self.kernel = _param(rngs, (d_in, d_out), cfg.param_dtype, axes)  # [in, out]
+        self.bias = nnx.Param(jnp.zeros((d_out,), cfg.param_dtype), logical_axes=(axes[1],)) if bias else None
+        self.dtype = cfg.dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = x @ self.kernel[...].astype(self.dtype)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+class RMSNorm(nnx.Module):
+    """Normalise in fp32, cast back, then scale (the order HF uses)."""
+
+    def __init__(self, dim: int, eps: float, cfg: ModelConfig, axis: str | None = "embed") -> None:
+        self.weight = nnx.Param(jnp.ones((dim,), cfg.param_dtype), logical_axes=(axis,))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...].astype(x.dtype) * normed.astype(x.dtype)
+
+
+def rotary(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+    """Rotary embedding, half-split layout (HF's ``rotate_half``). x: [B, T, H, Dh]; positions: [B, T]."""
+    head_dim = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))  # [Dh/2]
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
+    cos = jnp.cos(jnp.concatenate([angles, angles], -1))[:, :, None, :]  # [B, T, 1, Dh]
+    sin = jnp.sin(jnp.concatenate([angles, angles], -1))[:, :, None, :]
+    first, second = jnp.split(x, 2, axis=-1)
+    rotated = jnp.concatenate([-second, first], axis=-1)
+    return (x * cos.astype(x.dtype) + rotated * sin.astype(x.dtype)).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
+        d, h, k, dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = Linear(d, h * dh, bias=cfg.qkv_bias, axes=("embed", "heads"), cfg=cfg, rngs=rngs)
+        self.k_proj = Linear(d, k * dh, bias=cfg.qkv_bias, axes=("embed", "kv_heads"), cfg=cfg, rngs=rngs)
+        self.v_proj = Linear(d, k * dh, bias=cfg.qkv_bias, axes=("embed", "kv_heads"), cfg=cfg, rngs=rngs)
+        self.o_proj = Linear(h * dh, d, bias=cfg.o_bias, axes=("heads", "embed"), cfg=cfg, rngs=rngs)
+        self.q_norm = RMSNorm(dh, cfg.rms_norm_eps, cfg, axis=None) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(dh, cfg.rms_norm_eps, cfg, axis=None) if cfg.qk_norm else None
+        self.cfg = cfg
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
+        cfg = self.cfg
+        b, t, _ = x.shape
+        q = self.q_proj(x).reshape(b, t, cfg.num_heads, cfg.head_dim)  # [B, T, H, Dh]
+        k = self.k_proj(x).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)  # [B, T, K, Dh]
+        v = self.v_proj(x).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rotary(q, positions, cfg.rope_theta), rotary(k, positions, cfg.rope_theta)
+        groups = cfg.num_heads // cfg.num_kv_heads
+        q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)  # [B, T, K, G, Dh]
+        scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / jnp.sqrt(cfg.head_dim)
+        scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+        weights = jax.nn.softmax(scores, axis=-1).astype(x.dtype)  # [B, K, G, T, S]
+        out = jnp.einsum("bkgts,bskd->btkgd", weights, v).reshape(b, t, cfg.num_heads * cfg.head_dim)
+        return self.o_proj(out)
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, width: int | None = None) -> None:
+        width = width or cfg.intermediate_size
+        self.gate_proj = Linear(cfg.hidden_size, width, bias=False, axes=("embed", "mlp"), cfg=cfg, rngs=rngs)
+        self.up_proj = Linear(cfg.hidden_size, width, bias=False, axes=("embed", "mlp"), cfg=cfg, rngs=rngs)
+        self.down_proj = Linear(width, cfg.hidden_size, bias=False, axes=("mlp", "embed"), cfg=cfg, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Experts(nnx.Module):
+    """Stacked expert weights: gate/up ``[E, D, F]`` and down ``[E, F, D]``."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
+        e, d, f = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+        self.gate_proj = _param(rngs, (e, d, f), cfg.param_dtype, ("experts", "embed", "mlp"))
+        self.up_proj = _param(rngs, (e, d, f), cfg.param_dtype, ("experts", "embed", "mlp"))
+        self.down_proj = _param(rngs, (e, f, d), cfg.param_dtype, ("experts", "mlp", "embed"))
+        self.dtype = cfg.dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """Every expert on every token: [B, T, D] -> [B, T, E, D]."""
+        gate = jnp.einsum("btd,edf->btef", x, self.gate_proj[...].astype(self.dtype))
+        up = jnp.einsum("btd,edf->btef", x, self.up_proj[...].astype(self.dtype))
+        return jnp.einsum("btef,efd->bted", jax.nn.silu(gate) * up, self.down_proj[...].astype(self.dtype))
+
+
+class SparseMoE(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
+        self.gate = Linear(cfg.hidden_size, cfg.num_experts, bias=False, axes=("embed", None), cfg=cfg, rngs=rngs)
+        self.experts = Experts(cfg, rngs)
+        self.cfg = cfg
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        probs = jax.nn.softmax(self.gate(x).astype(jnp.float32), axis=-1)  # [B, T, E]
+        top, index = jax.lax.top_k(probs, self.cfg.num_experts_per_tok)  # [B, T, k]
+        if self.cfg.norm_topk_prob:
+            top = top / jnp.sum(top, axis=-1, keepdims=True)
+        weights = jnp.sum(jax.nn.one_hot(index, self.cfg.num_experts) * top[..., None], axis=-2)  # [B, T, E]
+        return jnp.einsum("bte,bted->btd", weights.astype(x.dtype), self.experts(x))
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, index: int, rngs: nnx.Rngs) -> None:
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
+        self.self_attn = Attention(cfg, rngs)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
+        self.mlp = SparseMoE(cfg, rngs) if cfg.is_moe_layer(index) else MLP(cfg, rngs)
+
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
+        x = x + self.self_attn(self.input_layernorm(x), positions, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Embed(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
+        self.weight = _param(rngs, (cfg.vocab_size, cfg.hidden_size), cfg.param_dtype, ("vocab", "embed"))
+        self.dtype = cfg.dtype
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        return jnp.take(self.weight[...], tokens, axis=0).astype(self.dtype)
+
+
+class Decoder(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
+        self.embed_tokens = Embed(cfg, rngs)
+        self.layers = nnx.List([DecoderLayer(cfg, i, rngs) for i in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
+
+
+class Transformer(nnx.Module):
+    """``model(tokens)``: int32 ``[B, T]`` -> logits ``[B, T, V]`` (float32)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
+        self.cfg = cfg
+        self.model = Decoder(cfg, rngs)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(
+            cfg.hidden_size, cfg.vocab_size, bias=False, axes=("embed", "vocab"), cfg=cfg, rngs=rngs)
+
+    def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
+                 segment_ids: jax.Array | None = None) -> jax.Array:
+        """Causal forward pass. ``segment_ids`` (for packed sequences) keeps attention within a segment."""
+        b, t = tokens.shape
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        mask = jnp.tril(jnp.ones((t, t), dtype=bool))[None]  # [1, T, S]
+        if segment_ids is not None:
+            mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
+        x = self.model.embed_tokens(tokens)  # [B, T, D]
+        for layer in self.model.layers:
+            x = layer(x, positions, mask)
+        x = self.model.norm(x)
+        if self.lm_head is None:
+            logits = x @ self.model.embed_tokens.weight[...].astype(x.dtype).T
+        else:
+            logits = self.lm_head(x)
+        return logits.astype(jnp.float32)

@@ -1,0 +1,77 @@
+"""Logits of tiny random HF checkpoints, loaded by Orchard, against transformers' own (golden files).
+
+The fixtures come from ``tests/fixtures/models/make_fixtures.py`` (transformers + torch, fp32).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from orchard.models import ModelConfig, from_pretrained
+from orchard.models.weights import CheckpointError
+
+FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "models")
+FAMILIES = ["llama", "qwen2", "qwen3", "qwen3_moe"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_logits_match_transformers(family):
+    path = os.path.join(FIXTURES, family)
+    expected = np.load(os.path.join(path, "expected.npz"))
+    model = from_pretrained(path, dtype="float32")
+    logits = np.asarray(model(jnp.asarray(expected["tokens"])))
+    assert logits.shape == expected["logits"].shape
+    np.testing.assert_allclose(logits, expected["logits"], rtol=1e-4, atol=1e-4)
+
+
+def test_config_reads_each_family():
+    configs = {f: ModelConfig.from_pretrained(os.path.join(FIXTURES, f)) for f in FAMILIES}
+    assert configs["llama"].tie_word_embeddings and not configs["llama"].qk_norm
+    assert configs["qwen2"].qkv_bias and not configs["qwen2"].o_bias
+    assert configs["qwen3"].qk_norm and configs["qwen3"].head_dim == 16
+    assert configs["qwen3_moe"].num_experts == 4 and configs["qwen3_moe"].is_moe_layer(0)
+
+
+def test_bf16_compute_stays_close():
+    path = os.path.join(FIXTURES, "qwen3")
+    expected = np.load(os.path.join(path, "expected.npz"))
+    logits = np.asarray(from_pretrained(path)(jnp.asarray(expected["tokens"])))  # default policy: bf16 compute
+    assert np.mean(np.abs(logits - expected["logits"])) < 0.1 * np.mean(np.abs(expected["logits"]))
+
+
+def test_checkpoint_that_does_not_fit_is_a_clear_error(tmp_path):
+    copy = tmp_path / "broken"
+    shutil.copytree(os.path.join(FIXTURES, "qwen3"), copy)
+    config = json.loads((copy / "config.json").read_text())
+    config["intermediate_size"] = 48
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"model\.layers\.0\.mlp\.\w+_proj\.kernel: checkpoint shape"):
+        from_pretrained(str(copy))
+    with pytest.raises(CheckpointError, match=r"no config\.json"):
+        from_pretrained(str(tmp_path))
+    (copy / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"no model\.safetensors"):
+        from_pretrained(str(copy))
+
+
+def test_sharded_checkpoint_loads_like_a_single_file(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    source = os.path.join(FIXTURES, "qwen3_moe")
+    tensors = load_file(os.path.join(source, "model.safetensors"))
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for filename, shard_names in shards.items():
+        save_file({n: tensors[n] for n in shard_names}, str(tmp_path / filename))
+    index = {"weight_map": {n: f for f, shard_names in shards.items() for n in shard_names}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    shutil.copy(os.path.join(source, "config.json"), tmp_path / "config.json")
+    expected = np.load(os.path.join(source, "expected.npz"))
+    logits = np.asarray(from_pretrained(str(tmp_path), dtype="float32")(jnp.asarray(expected["tokens"])))
+    np.testing.assert_allclose(logits, expected["logits"], rtol=1e-4, atol=1e-4)
