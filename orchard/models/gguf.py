@@ -1,0 +1,100 @@
+"""Reading llama.cpp GGUF files as if they were Hugging Face checkpoints.
+
+:class:`GGUFCheckpoint` offers the same ``get(hf_name)`` as the safetensors reader, plus an HF-style
+config dict built from the GGUF metadata, so :func:`orchard.models.from_pretrained` loads either.
+Quantised tensors (Q4_1, Q8_0, ...) are dequantised to float32 with the ``gguf`` package.
+
+llama.cpp stores the query and key projections of llama-architecture models with the two halves of
+each head's rotary dimensions interleaved (it uses the pairwise rotary layout); HF and this model
+use the half-split layout, so those rows are put back in order on the way in.
+
+Supported architectures: ``llama`` (SmolLM2 and other Llama-family models).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+
+
+def hf_name(gguf_name: str) -> str:
+    """``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj.weight``."""
+    stem, suffix = gguf_name.rsplit(".", 1)
+    if stem.startswith("blk."):
+        _, layer, part = stem.split(".", 2)
+        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{suffix}"
+    return f"{_GLOBAL_NAMES[stem]}.{suffix}"
+
+
+def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's per-head interleaving of rotary rows. weight: [heads * head_dim, in]."""
+    head_dim = weight.shape[0] // heads
+    pairs = weight.reshape(heads, head_dim // 2, 2, *weight.shape[1:])
+    return pairs.swapaxes(1, 2).reshape(weight.shape)
+
+
+class GGUFCheckpoint:
+    def __init__(self, path: str) -> None:
+        import gguf  # optional dependency: only GGUF loading needs it
+
+        self._gguf = gguf
+        self.reader = gguf.GGUFReader(path)
+        self.architecture = self._field("general.architecture")
+        if self.architecture != "llama":
+            raise ValueError(f"GGUF architecture {self.architecture!r} is not supported (only 'llama')")
+        self._tensors = {hf_name(t.name): t for t in self.reader.tensors}
+        self.config = self._read_config()
+
+    def _field(self, key: str, default=None):
+        field = self.reader.fields.get(key)
+        return default if field is None else field.contents()
+
+    def _read_config(self) -> dict:
+        """The metadata as a transformers ``config.json`` dict."""
+        arch = self.architecture
+        return {
+            "model_type": arch,
+            "vocab_size": int(self._tensors["model.embed_tokens.weight"].shape[-1]),  # ggml: [embed, vocab]
+            "hidden_size": self._field(f"{arch}.embedding_length"),
+            "intermediate_size": self._field(f"{arch}.feed_forward_length"),
+            "num_hidden_layers": self._field(f"{arch}.block_count"),
+            "num_attention_heads": self._field(f"{arch}.attention.head_count"),
+            "num_key_value_heads": self._field(f"{arch}.attention.head_count_kv"),
+            "rms_norm_eps": self._field(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
+            "rope_theta": self._field(f"{arch}.rope.freq_base", 10_000.0),
+            "max_position_embeddings": self._field(f"{arch}.context_length", 4096),
+            "tie_word_embeddings": "lm_head.weight" not in self._tensors,
+        }
+
+    def names(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def get(self, name: str) -> np.ndarray:
+        from orchard.models.weights import CheckpointError
+
+        try:
+            tensor = self._tensors[name]
+        except KeyError:
+            raise CheckpointError(f"GGUF file has no tensor for {name!r}") from None
+        weight = np.asarray(self._gguf.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        weight = weight.reshape([int(n) for n in reversed(tensor.shape)])  # ggml lists dims innermost first
+        config = self.config
+        if name.endswith("self_attn.q_proj.weight"):
+            weight = unpermute_rotary_rows(weight, config["num_attention_heads"])
+        elif name.endswith("self_attn.k_proj.weight"):
+            weight = unpermute_rotary_rows(weight, config["num_key_value_heads"])
+        return weight
