@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+
+# Sharding tests need several devices: 8 fake CPU devices, set before JAX is first imported.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 import secrets
 import shutil
 import socket

@@ -6,8 +6,7 @@ experts, cast to the parameter dtype and put in place. A checkpoint whose tensor
 config is a clear error naming the tensor.
 
 A checkpoint is anything with ``get(hf_tensor_name) -> np.ndarray``: :class:`SafetensorsCheckpoint`
-here, or :class:`orchard.models.gguf.GGUFCheckpoint`. Not yet here: placement straight into a
-sharded mesh (planned with the rest of the models issue).
+here, or :class:`orchard.models.gguf.GGUFCheckpoint`.
 """
 
 from __future__ import annotations
@@ -16,12 +15,15 @@ import json
 import os
 from collections.abc import Iterator
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 from safetensors import safe_open
 
 from orchard.models.config import ModelConfig
+from orchard.models.sharding import named_sharding
 from orchard.models.transformer import Transformer
 
 
@@ -68,22 +70,29 @@ def _hf_tensor(checkpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:
     return tensor.T if leaf == "kernel" else tensor
 
 
-def load_params(model: Transformer, checkpoint) -> None:
-    """Fill every parameter of ``model`` (abstract or concrete) from the checkpoint."""
+def load_params(model: Transformer, checkpoint, mesh: Mesh | None = None) -> None:
+    """Fill every parameter of ``model`` (abstract or concrete) from the checkpoint.
+
+    With a ``mesh``, each tensor goes from host memory straight to its shards on the devices, so no
+    device ever holds a whole parameter it does not own (let alone the whole model).
+    """
     cfg = model.cfg
+    dtype = jnp.dtype(cfg.param_dtype)
     state = nnx.state(model, nnx.Param)
     for path, variable in nnx.to_flat_state(state):
         tensor = _hf_tensor(checkpoint, path, cfg)
         expected = tuple(variable.get_value().shape)
         if tensor.shape != expected:
             raise CheckpointError(f"{'.'.join(map(str, path))}: checkpoint shape {tensor.shape}, model {expected}")
-        variable.set_value(jnp.asarray(tensor, dtype=cfg.param_dtype))
+        target = named_sharding(variable.logical_axes, expected, mesh) if mesh is not None else None
+        variable.set_value(jax.device_put(tensor.astype(dtype), target))
     nnx.update(model, state)
 
 
-def from_pretrained(path: str, **overrides) -> Transformer:
+def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transformer:
     """Load an HF directory (``config.json`` + safetensors) or a llama.cpp ``.gguf`` file.
 
+    ``mesh`` shards the parameters by their logical axes (see :mod:`orchard.models.sharding`);
     ``overrides`` replace config fields, e.g. ``dtype="float32"`` for exact parity checks.
     """
     if path.endswith(".gguf"):
@@ -97,5 +106,5 @@ def from_pretrained(path: str, **overrides) -> Transformer:
         checkpoint = SafetensorsCheckpoint(path)
         cfg = ModelConfig.from_pretrained(path, **overrides)
     model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
-    load_params(model, checkpoint)
+    load_params(model, checkpoint, mesh)
     return model

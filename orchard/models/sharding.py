@@ -1,0 +1,55 @@
+"""Logical axes to mesh axes: one model definition, unsharded on a laptop or sharded on a pod.
+
+Every parameter names its dimensions with logical axes (``vocab``, ``embed``, ``heads``,
+``kv_heads``, ``mlp``, ``experts``). :data:`RULES` maps them onto the mesh axes ``fsdp`` (parameters
+split across data-parallel replicas), ``tp`` (tensor parallel) and ``ep`` (expert parallel). A
+dimension that does not divide evenly by its mesh axis stays replicated rather than failing, so
+small models and odd head counts (SmolLM2 has 3 KV heads) still load on any mesh.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("fsdp", "tp", "ep")
+RULES: dict[str, str | None] = {
+    "vocab": "tp",
+    "embed": "fsdp",
+    "heads": "tp",
+    "kv_heads": "tp",
+    "mlp": "tp",
+    "experts": "ep",
+}
+
+
+def make_mesh(fsdp: int = 1, tp: int = 1, ep: int = 1, devices: list | None = None) -> Mesh:
+    """A mesh over ``fsdp * tp * ep`` devices (the first ones, unless ``devices`` is given)."""
+    devices = devices if devices is not None else jax.devices()
+    needed = fsdp * tp * ep
+    if needed > len(devices):
+        raise ValueError(f"mesh fsdp={fsdp} x tp={tp} x ep={ep} needs {needed} devices, {len(devices)} available")
+    return Mesh(np.asarray(devices[:needed]).reshape(fsdp, tp, ep), MESH_AXES)
+
+
+def partition_spec(logical_axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:
+    """The mesh placement of one parameter; axes that do not divide evenly are replicated."""
+    spec = []
+    for axis, size in zip(logical_axes, shape, strict=True):
+        mesh_axis = RULES.get(axis) if axis else None
+        if mesh_axis is not None and (mesh.shape[mesh_axis] == 1 or size % mesh.shape[mesh_axis]):
+            mesh_axis = None
+        spec.append(mesh_axis)
+    return PartitionSpec(*spec)
+
+
+def named_sharding(logical_axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, partition_spec(logical_axes, shape, mesh))
+
+
+def shard_bytes(array: jax.Array) -> int:
+    """Bytes of the largest shard one device holds (to check that nothing sits whole on a device)."""
+    return max(math.prod(shard.data.shape) * shard.data.dtype.itemsize for shard in array.addressable_shards)
