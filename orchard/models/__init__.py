@@ -2,6 +2,6 @@
 
 from orchard.models.config import ModelConfig
 from orchard.models.transformer import Transformer
-from orchard.models.weights import from_pretrained
+from orchard.models.weights import from_pretrained, save_pretrained
 
-__all__ = ["ModelConfig", "Transformer", "from_pretrained"]
+__all__ = ["ModelConfig", "Transformer", "from_pretrained", "save_pretrained"]

@@ -89,6 +89,35 @@ class ModelConfig:
         fields.update(overrides)
         return cls(**fields)
 
+    def to_hf(self) -> dict:
+        """A transformers ``config.json`` dict (what vLLM and transformers read back)."""
+        architectures = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                         "qwen3_moe": "Qwen3MoeForCausalLM"}
+        hf = {
+            "architectures": [architectures[self.model_type]],
+            "model_type": self.model_type,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "max_position_embeddings": self.max_position_embeddings,
+            "hidden_act": "silu",
+            "torch_dtype": self.param_dtype,
+        }
+        if self.model_type != "qwen2":
+            hf["attention_bias"] = self.qkv_bias
+        if self.num_experts:
+            hf.update(num_experts=self.num_experts, num_experts_per_tok=self.num_experts_per_tok,
+                      moe_intermediate_size=self.moe_intermediate_size, norm_topk_prob=self.norm_topk_prob,
+                      decoder_sparse_step=self.decoder_sparse_step, mlp_only_layers=list(self.mlp_only_layers))
+        return hf
+
     @classmethod
     def from_pretrained(cls, path: str, **overrides) -> ModelConfig:
         with open(os.path.join(path, "config.json")) as handle:

@@ -108,3 +108,49 @@ def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transfo
     model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
     load_params(model, checkpoint, mesh)
     return model
+
+
+def _hf_tensors(path: tuple, value: np.ndarray, cfg: ModelConfig) -> Iterator[tuple[str, np.ndarray]]:
+    """The HF tensors of one NNX parameter: the inverse of :func:`_hf_tensor`."""
+    *modules, leaf = (str(p) for p in path)
+    if modules[-1] == "experts":
+        prefix = ".".join(modules)
+        for e in range(cfg.num_experts):
+            yield f"{prefix}.{e}.{leaf}.weight", np.ascontiguousarray(value[e].T)
+        return
+    name = ".".join(modules) + (".weight" if leaf in ("kernel", "weight") else ".bias")
+    yield name, np.ascontiguousarray(value.T if leaf == "kernel" else value)
+
+
+def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 30) -> None:
+    """Write ``config.json`` and safetensors (sharded with an index past ``max_shard_bytes``).
+
+    The layout is the one transformers and vLLM read, so a trained checkpoint can be served. Each
+    parameter is gathered to host memory one at a time.
+    """
+    from safetensors.numpy import save_file
+
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as handle:
+        json.dump(model.cfg.to_hf(), handle, indent=2)
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        value = np.asarray(jax.device_get(variable.get_value()))
+        for name, tensor in _hf_tensors(param_path, value, model.cfg):
+            if size + tensor.nbytes > max_shard_bytes and shards[-1]:
+                shards.append({})
+                size = 0
+            shards[-1][name] = tensor
+            size += tensor.nbytes
+    if len(shards) == 1:
+        save_file(shards[0], os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+        return
+    weight_map = {}
+    for i, shard in enumerate(shards, start=1):
+        filename = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, os.path.join(path, filename), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, filename))
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as handle:
+        json.dump({"metadata": {"total_size": sum(t.nbytes for s in shards for t in s.values())},
+                   "weight_map": weight_map}, handle, indent=2)

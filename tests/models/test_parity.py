@@ -97,3 +97,31 @@ def test_smollm2_gguf_matches_transformers():
     assert (logits.argmax(-1) == expected["top_indices"][:, 0]).all()
     logsumexp = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
     np.testing.assert_allclose(logsumexp, expected["logsumexp"], rtol=1e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_save_pretrained_round_trips_the_checkpoint(family, tmp_path):
+    from safetensors.numpy import load_file
+
+    from orchard.models import save_pretrained
+
+    source = os.path.join(FIXTURES, family)
+    save_pretrained(from_pretrained(source, dtype="float32"), str(tmp_path))
+    original, saved = load_file(os.path.join(source, "model.safetensors")), load_file(str(tmp_path / "model.safetensors"))
+    assert sorted(saved) == sorted(original)
+    for name, tensor in original.items():
+        np.testing.assert_array_equal(saved[name], tensor, err_msg=name)
+    reloaded = ModelConfig.from_pretrained(str(tmp_path))
+    assert reloaded == ModelConfig.from_pretrained(source)
+
+
+def test_save_pretrained_shards_large_checkpoints(tmp_path):
+    from orchard.models import save_pretrained
+
+    source = os.path.join(FIXTURES, "qwen3")
+    save_pretrained(from_pretrained(source, dtype="float32"), str(tmp_path), max_shard_bytes=40_000)
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    expected = np.load(os.path.join(source, "expected.npz"))
+    logits = np.asarray(from_pretrained(str(tmp_path), dtype="float32")(jnp.asarray(expected["tokens"])))
+    np.testing.assert_allclose(logits, expected["logits"], rtol=1e-4, atol=1e-4)
