@@ -17,11 +17,18 @@ Departures from the reference:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from orchard.models.config import ModelConfig
+
+
+class KVCache(NamedTuple):
+    k: jax.Array  # [B, S, K, Dh]
+    v: jax.Array  # [B, S, K, Dh]
 
 
 def _param(rngs: nnx.Rngs, shape: tuple[int, ...], dtype, axes: tuple[str | None, ...], scale: float = 0.02):
@@ -78,7 +85,13 @@ class Attention(nnx.Module):
         self.k_norm = RMSNorm(dh, cfg.rms_norm_eps, cfg, axis=None) if cfg.qk_norm else None
         self.cfg = cfg
 
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
+                 cache: KVCache | None = None, write_index: jax.Array | int = 0) -> tuple[jax.Array, KVCache | None]:
+        """x: [B, T, D]; mask: [B, T, S] (S = T without a cache, the cache length with one).
+
+        With a cache, this step's keys and values are written at ``write_index`` and attention runs
+        over the whole cache; the updated cache is returned.
+        """
         cfg = self.cfg
         b, t, _ = x.shape
         q = self.q_proj(x).reshape(b, t, cfg.num_heads, cfg.head_dim)  # [B, T, H, Dh]
@@ -87,13 +100,18 @@ class Attention(nnx.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(q, positions, cfg.rope_theta), rotary(k, positions, cfg.rope_theta)
+        if cache is not None:
+            start = (0, write_index, 0, 0)
+            cache = KVCache(jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start),
+                            jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start))
+            k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)  # [B, S, K, Dh]
         groups = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)  # [B, T, K, G, Dh]
         scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / jnp.sqrt(cfg.head_dim)
         scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
         weights = jax.nn.softmax(scores, axis=-1).astype(x.dtype)  # [B, K, G, T, S]
         out = jnp.einsum("bkgts,bskd->btkgd", weights, v).reshape(b, t, cfg.num_heads * cfg.head_dim)
-        return self.o_proj(out)
+        return self.o_proj(out), cache
 
 
 class MLP(nnx.Module):
@@ -146,9 +164,11 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
         self.mlp = SparseMoE(cfg, rngs) if cfg.is_moe_layer(index) else MLP(cfg, rngs)
 
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
-        x = x + self.self_attn(self.input_layernorm(x), positions, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, cache: KVCache | None = None,
+                 write_index: jax.Array | int = 0) -> tuple[jax.Array, KVCache | None]:
+        attended, cache = self.self_attn(self.input_layernorm(x), positions, mask, cache, write_index)
+        x = x + attended
+        return x + self.mlp(self.post_attention_layernorm(x)), cache
 
 
 class Embed(nnx.Module):
@@ -185,12 +205,28 @@ class Transformer(nnx.Module):
         mask = jnp.tril(jnp.ones((t, t), dtype=bool))[None]  # [1, T, S]
         if segment_ids is not None:
             mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
+        logits, _ = self.forward(tokens, positions, jnp.broadcast_to(mask, (b, t, t)))
+        return logits
+
+    def forward(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array, caches: list[KVCache] | None = None,
+                write_index: jax.Array | int = 0) -> tuple[jax.Array, list[KVCache] | None]:
+        """The general pass: explicit positions ``[B, T]`` and mask ``[B, T, S]``, optional KV caches."""
         x = self.model.embed_tokens(tokens)  # [B, T, D]
-        for layer in self.model.layers:
-            x = layer(x, positions, mask)
+        new_caches = [] if caches is not None else None
+        for i, layer in enumerate(self.model.layers):
+            x, cache = layer(x, positions, mask, None if caches is None else caches[i], write_index)
+            if new_caches is not None:
+                new_caches.append(cache)
         x = self.model.norm(x)
         if self.lm_head is None:
             logits = x @ self.model.embed_tokens.weight[...].astype(x.dtype).T
         else:
             logits = self.lm_head(x)
-        return logits.astype(jnp.float32)
+        return logits.astype(jnp.float32), new_caches
+
+    def init_cache(self, batch: int, length: int, dtype=None) -> list[KVCache]:
+        """Empty KV caches, one per layer: k and v of ``[B, S, K, Dh]``."""
+        cfg = self.cfg
+        shape = (batch, length, cfg.num_kv_heads, cfg.head_dim)
+        dtype = dtype or cfg.dtype
+        return [KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers)]

@@ -1,0 +1,1 @@
+"""Rollout engines: the in-process JAX sampler (and, later, OpenAI-compatible and vLLM engines)."""
