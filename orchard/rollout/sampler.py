@@ -49,21 +49,32 @@ class Completion:
     finish_reason: Literal["stop", "length"]
 
 
-def sample_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_k: jax.Array,
-                  top_p: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """One token per row of ``logits [B, V]`` and its logprob under the raw distribution."""
-    logprobs = jax.nn.log_softmax(logits, axis=-1)
-    greedy = jnp.argmax(logits, axis=-1)
-    scaled = logits / jnp.maximum(temperature, 1e-6)
+def _top_k_top_p(scaled: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+    """Mask logits outside the top-k, then outside the smallest prefix holding ``top_p`` of the mass."""
     ordered = jnp.sort(scaled, axis=-1)[:, ::-1]  # [B, V], descending
-    rank = jnp.arange(logits.shape[-1])
+    rank = jnp.arange(scaled.shape[-1])
     ordered = jnp.where((top_k > 0) & (rank >= top_k), -jnp.inf, ordered)
     probs = jax.nn.softmax(ordered, axis=-1)
-    kept = (jnp.cumsum(probs, axis=-1) - probs) < top_p  # the smallest prefix whose mass reaches top_p
-    kept = kept & jnp.isfinite(ordered)
+    kept = ((jnp.cumsum(probs, axis=-1) - probs) < top_p) & jnp.isfinite(ordered)
     threshold = jnp.min(jnp.where(kept, ordered, jnp.inf), axis=-1, keepdims=True)
-    sampled = jax.random.categorical(key, jnp.where(scaled >= threshold, scaled, -jnp.inf), axis=-1)
-    token = jnp.where(temperature == 0, greedy, sampled)
+    return jnp.where(scaled >= threshold, scaled, -jnp.inf)
+
+
+def sample_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_k: jax.Array,
+                  top_p: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One token per row of ``logits [B, V]`` and its logprob under the raw distribution.
+
+    The branches are ``lax.cond``s, so greedy decoding never pays for the vocabulary sort that
+    top-k/top-p need.
+    """
+
+    def sample(_) -> jax.Array:
+        scaled = logits / temperature
+        scaled = jax.lax.cond((top_k > 0) | (top_p < 1), _top_k_top_p, lambda s, *_: s, scaled, top_k, top_p)
+        return jax.random.categorical(key, scaled, axis=-1)
+
+    token = jax.lax.cond(temperature == 0, lambda _: jnp.argmax(logits, axis=-1), sample, None)
+    logprobs = jax.nn.log_softmax(logits, axis=-1)
     return token, jnp.take_along_axis(logprobs, token[:, None], axis=-1)[:, 0]
 
 
