@@ -31,13 +31,14 @@ _LAYER_NAMES = {
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
-def hf_name(gguf_name: str) -> str:
-    """``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj.weight``."""
+def hf_name(gguf_name: str) -> str | None:
+    """``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj.weight``; None for tensors the
+    model does not use (``rope_freqs.weight`` in some files, for example)."""
     stem, suffix = gguf_name.rsplit(".", 1)
     if stem.startswith("blk."):
         _, layer, part = stem.split(".", 2)
-        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{suffix}"
-    return f"{_GLOBAL_NAMES[stem]}.{suffix}"
+        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{suffix}" if part in _LAYER_NAMES else None
+    return f"{_GLOBAL_NAMES[stem]}.{suffix}" if stem in _GLOBAL_NAMES else None
 
 
 def unpermute_rotary_rows(weight: np.ndarray, heads: int) -> np.ndarray:
@@ -56,7 +57,7 @@ class GGUFCheckpoint:
         self.architecture = self._field("general.architecture")
         if self.architecture != "llama":
             raise ValueError(f"GGUF architecture {self.architecture!r} is not supported (only 'llama')")
-        self._tensors = {hf_name(t.name): t for t in self.reader.tensors}
+        self._tensors = {name: t for t in self.reader.tensors if (name := hf_name(t.name)) is not None}
         self.config = self._read_config()
 
     def _field(self, key: str, default=None):

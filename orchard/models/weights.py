@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,12 @@ from orchard.models.transformer import Transformer
 
 class CheckpointError(ValueError):
     """The checkpoint does not fit the model it was loaded into."""
+
+
+class Checkpoint(Protocol):
+    def get(self, name: str) -> np.ndarray:
+        """The tensor HF calls ``name``, in HF's layout (``[out, in]`` for linear weights)."""
+        ...
 
 
 class SafetensorsCheckpoint:
@@ -59,7 +66,7 @@ class SafetensorsCheckpoint:
             return shard.get_tensor(name)
 
 
-def _hf_tensor(checkpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:
+def _hf_tensor(checkpoint: Checkpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:
     """The HF tensor(s) behind one NNX parameter path, in the NNX layout."""
     *modules, leaf = (str(p) for p in path)
     if modules[-1] == "experts":  # stacked [E, ...] from per-expert [out, in] tensors
@@ -70,7 +77,7 @@ def _hf_tensor(checkpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:
     return tensor.T if leaf == "kernel" else tensor
 
 
-def load_params(model: Transformer, checkpoint, mesh: Mesh | None = None) -> None:
+def load_params(model: Transformer, checkpoint: Checkpoint, mesh: Mesh | None = None) -> None:
     """Fill every parameter of ``model`` (abstract or concrete) from the checkpoint.
 
     With a ``mesh``, each tensor goes from host memory straight to its shards on the devices, so no
@@ -98,7 +105,7 @@ def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transfo
     if path.endswith(".gguf"):
         from orchard.models.gguf import GGUFCheckpoint
 
-        checkpoint: SafetensorsCheckpoint | GGUFCheckpoint = GGUFCheckpoint(path)
+        checkpoint: Checkpoint = GGUFCheckpoint(path)
         cfg = ModelConfig.from_hf(checkpoint.config, **overrides)
     else:
         if not os.path.exists(os.path.join(path, "config.json")):

@@ -125,3 +125,14 @@ def test_save_pretrained_shards_large_checkpoints(tmp_path):
     expected = np.load(os.path.join(source, "expected.npz"))
     logits = np.asarray(from_pretrained(str(tmp_path), dtype="float32")(jnp.asarray(expected["tokens"])))
     np.testing.assert_allclose(logits, expected["logits"], rtol=1e-4, atol=1e-4)
+
+
+def test_gguf_tensor_names():
+    from orchard.models.gguf import hf_name, unpermute_rotary_rows
+
+    assert hf_name("blk.3.attn_q.weight") == "model.layers.3.self_attn.q_proj.weight"
+    assert hf_name("token_embd.weight") == "model.embed_tokens.weight"
+    assert hf_name("rope_freqs.weight") is None and hf_name("blk.0.unknown.weight") is None
+    # One head of 4 rotary rows stored pairwise (0, 2, 1, 3) comes back half-split (0, 1, 2, 3).
+    rows = np.array([[0.0], [2.0], [1.0], [3.0]])
+    np.testing.assert_array_equal(unpermute_rotary_rows(rows, heads=1)[:, 0], [0.0, 1.0, 2.0, 3.0])
