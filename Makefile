@@ -37,7 +37,9 @@ test: system-deps $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: system-deps $(STAMP)
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) experiments/env_bench/run.py --markdown docs/benchmarks.md
+	$(PY) experiments/sampler_bench/run.py --markdown docs/benchmarks.md
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

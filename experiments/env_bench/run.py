@@ -15,7 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from orchard.env.bench import BenchConfig, render_markdown, run_benchmark, write_json
+from orchard.env.bench import BenchConfig, render_markdown, run_benchmark, write_json, write_markdown_section
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 
@@ -53,8 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     summary = run_benchmark(cfg, command=command)
     write_json(summary, args.out)
     if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(render_markdown(summary))
+        write_markdown_section(args.markdown, "env_bench", render_markdown(summary))
     print(json.dumps(summary, indent=2))
 
 

@@ -391,6 +391,24 @@ def _concurrent(summary: dict[str, Any]) -> dict[str, Any]:
     return next(v for k, v in summary.items() if k.startswith("concurrent_"))
 
 
+def write_markdown_section(path: str | os.PathLike, name: str, body: str) -> None:
+    """Replace (or append) the block between ``<!-- name -->`` and ``<!-- /name -->`` in ``path``.
+
+    Several benchmarks share ``docs/benchmarks.md``; each rewrites only its own section.
+    """
+    path = Path(path)
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    block = f"{begin}\n{body.strip()}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
 def render_markdown(summary: dict[str, Any]) -> str:
     """The summary as a Markdown page: one table (orchard / swerex / subprocess columns) and how it was made."""
     meta = summary["metadata"]
@@ -406,7 +424,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         ("create → first exec p99 (ms)", summary["create_p99_ms"], None, None),
     ]
     lines = [
-        "# Orchard Env benchmarks",
+        "## Orchard Env",
         "",
         f"Produced by `experiments/env_bench/run.py` on {meta['timestamp']} "
         f"({meta['cpu_count']} CPUs, Python {meta['python']}, {meta['platform']}, "
