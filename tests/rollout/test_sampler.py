@@ -11,6 +11,7 @@ import pytest
 
 from orchard.models import from_pretrained
 from orchard.models.sharding import make_mesh
+from orchard.rollout.bench import smollm2_gguf
 from orchard.rollout.sampler import Sampler, SamplingParams
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "models")
@@ -36,8 +37,6 @@ def test_greedy_matches_hf_generate_with_mixed_prompt_lengths(family):
 
 
 def test_smollm2_greedy_matches_hf_generate():
-    from tests.models.test_parity import smollm2_gguf
-
     expected = golden("smollm2")
     prompt = expected["tokens"][0].tolist()
     sampler = Sampler(from_pretrained(smollm2_gguf(), dtype="float32"))

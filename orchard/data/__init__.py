@@ -1,0 +1,1 @@
+"""The trajectory substrate: tokenizers, chat formats (and, later, trajectories, masks and pipelines)."""

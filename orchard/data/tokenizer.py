@@ -1,0 +1,67 @@
+"""Tokenizers from a ``tokenizer.json`` or from a GGUF file's metadata, on HF ``tokenizers``.
+
+Special tokens (``<|im_start|>``...) are never produced from text: :meth:`Tokenizer.encode` treats
+them as plain characters, so user or tool text cannot forge a turn boundary. Chat formats insert
+special tokens by id.
+"""
+
+from __future__ import annotations
+
+from tokenizers import AddedToken, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
+
+GGUF_CONTROL = 3  # llama.cpp token type of control (special) tokens
+
+
+class Tokenizer:
+    def __init__(self, backend: HFTokenizer, eos_token: str, bos_token: str | None = None) -> None:
+        backend.encode_special_tokens = True  # text never turns into special tokens
+        self.backend = backend
+        self.eos_token = eos_token
+        self.eos_id = self.token_id(eos_token)
+        self.bos_id = self.token_id(bos_token) if bos_token else None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def token_id(self, token: str) -> int:
+        token_id = self.backend.token_to_id(token)
+        if token_id is None:
+            raise KeyError(f"token {token!r} is not in the vocabulary")
+        return token_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of plain text; special-token strings inside it are not special."""
+        return self.backend.encode(text, add_special_tokens=False, is_pretokenized=False).ids if text else []
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    @classmethod
+    def from_file(cls, path: str, eos_token: str) -> Tokenizer:
+        """Load a ``tokenizer.json``."""
+        return cls(HFTokenizer.from_file(path), eos_token)
+
+    @classmethod
+    def from_gguf(cls, path: str) -> Tokenizer:
+        """Build a byte-level BPE tokenizer from GGUF metadata (``tokenizer.ggml.model == "gpt2"``)."""
+        import gguf
+
+        fields = gguf.GGUFReader(path).fields
+
+        def field(key: str):
+            return fields[key].contents() if key in fields else None
+
+        if field("tokenizer.ggml.model") != "gpt2":
+            raise ValueError(f"GGUF tokenizer {field('tokenizer.ggml.model')!r} is not supported (only 'gpt2' BPE)")
+        tokens: list[str] = field("tokenizer.ggml.tokens")
+        merges = [tuple(merge.split(" ", 1)) for merge in field("tokenizer.ggml.merges")]
+        backend = HFTokenizer(models.BPE({token: i for i, token in enumerate(tokens)}, merges))
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        backend.decoder = decoders.ByteLevel()
+        token_types = field("tokenizer.ggml.token_type") or []
+        backend.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                                    for i, kind in enumerate(token_types) if kind == GGUF_CONTROL])
+        eos, bos = field("tokenizer.ggml.eos_token_id"), field("tokenizer.ggml.bos_token_id")
+        return cls(backend, eos_token=tokens[eos], bos_token=tokens[bos] if bos is not None else None)
