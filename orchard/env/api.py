@@ -294,16 +294,14 @@ class HotRoute:
     body: type[BaseModel] | Literal["raw"] | None = None
     response: Any = None  # a model, list[model], "raw", "ndjson" or None
     query: tuple[tuple[str, str, bool], ...] = ()  # (name, json type, required)
-    serialised: bool = False  # the orchestrator holds the sandbox's exec lock around it
 
 
 _PATH_Q = (("path", "string", True),)
 
 HOT_ROUTES: tuple[HotRoute, ...] = (
-    HotRoute("exec", "POST", "/exec", "Run a command to completion.", ExecRequest, ExecResponse,
-             serialised=True),
+    HotRoute("exec", "POST", "/exec", "Run a command to completion.", ExecRequest, ExecResponse),
     HotRoute("exec_stream", "POST", "/exec/stream", "Run a command, streaming NDJSON StreamEvents.",
-             ExecRequest, "ndjson", serialised=True),
+             ExecRequest, "ndjson"),
     HotRoute("process_start", "POST", "/processes", "Start a background process.", ProcessStartRequest,
              ProcessInfo),
     HotRoute("process_list", "GET", "/processes", "List background processes.", None, list[ProcessInfo]),
@@ -326,5 +324,5 @@ HOT_ROUTES: tuple[HotRoute, ...] = (
     HotRoute("archive_read", "GET", "/archive", "Download a directory as a tar stream.", None, "raw",
              _PATH_Q),
     HotRoute("patch", "POST", "/patch", "Apply a unified diff (git apply, then patch with fuzz).",
-             PatchRequest, PatchResponse, serialised=True),
+             PatchRequest, PatchResponse),
 )

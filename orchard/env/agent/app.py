@@ -3,6 +3,9 @@
 Every endpoint in :data:`orchard.env.api.HOT_ROUTES` is implemented here; the orchestrator only
 forwards to them. ``/health`` is open (for readiness probes); everything else needs the
 per-sandbox bearer token.
+
+Exec, streaming exec and patches on one sandbox run one at a time. The lock lives here, in the
+one process every orchestrator replica reaches, so it holds across replicas.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import errno
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -37,6 +41,7 @@ from orchard.env.problems import (
 )
 
 AGENT_OOM_SCORE_ADJ = -900
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,11 @@ def create_app(config: AgentConfig) -> BearerAuth:
     processes = ProcessTable(os.path.join(config.state_dir, "processes"))
     base_env = dict(config.env)
     started = time.time()
+    exec_lock = asyncio.Lock()
+
+    async def serialised(work: Callable[[], Awaitable[T]]) -> T:
+        async with exec_lock:
+            return await work()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -110,9 +120,9 @@ def create_app(config: AgentConfig) -> BearerAuth:
     async def exec_command(request: api.ExecRequest, http: Request) -> Response:
         cwd = root.workdir_path(request.cwd)
         out, err = CappedBuffer(request.max_output_bytes), CappedBuffer(request.max_output_bytes)
-        outcome = await cancel_on_disconnect(http, run(
+        outcome = await cancel_on_disconnect(http, serialised(lambda: run(
             request.command, cwd=cwd, env=command_env(request.env), stdin=request.stdin_bytes(),
-            timeout=request.timeout, stdout_sink=out.write, stderr_sink=err.write))
+            timeout=request.timeout, stdout_sink=out.write, stderr_sink=err.write)))
         stdout, stdout_encoding = api.encode_output(out.getvalue())
         stderr, stderr_encoding = api.encode_output(err.getvalue())
         return json_response(api.ExecResponse(
@@ -135,8 +145,9 @@ def create_app(config: AgentConfig) -> BearerAuth:
                     await chunks.put(api.StreamEvent(type=kind, data=text, encoding=encoding))
                 return put
 
-            task = asyncio.ensure_future(run(request.command, cwd=cwd, env=env, stdin=stdin, timeout=request.timeout,
-                                             stdout_sink=sink("stdout"), stderr_sink=sink("stderr")))
+            task = asyncio.ensure_future(serialised(lambda: run(
+                request.command, cwd=cwd, env=env, stdin=stdin, timeout=request.timeout,
+                stdout_sink=sink("stdout"), stderr_sink=sink("stderr"))))
             try:
                 while True:
                     getter = asyncio.ensure_future(chunks.get())
@@ -218,6 +229,7 @@ def create_app(config: AgentConfig) -> BearerAuth:
 
     @app.post("/patch", response_model=api.PatchResponse)
     async def patch(request: api.PatchRequest) -> Response:
-        return json_response(await apply_patch(request.diff, root.workdir_path(request.cwd), request.fuzz))
+        cwd = root.workdir_path(request.cwd)
+        return json_response(await serialised(lambda: apply_patch(request.diff, cwd, request.fuzz)))
 
     return BearerAuth(app, config.token, exempt=frozenset({"/health"}))

@@ -39,7 +39,6 @@ class SandboxManager:
         self.reap_interval = reap_interval
         self.agents = AgentPool()
         self._records: dict[str, SandboxRecord] = {}  # hot-path cache; the store stays authoritative
-        self._locks: dict[str, asyncio.Lock] = {}
         self._reaper: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ lookup
@@ -56,15 +55,8 @@ class SandboxManager:
             self._records[sandbox_id] = record
         return record
 
-    def lock(self, sandbox_id: str) -> asyncio.Lock:
-        lock = self._locks.get(sandbox_id)
-        if lock is None:
-            lock = self._locks[sandbox_id] = asyncio.Lock()
-        return lock
-
     def _forget(self, sandbox_id: str) -> None:
         self._records.pop(sandbox_id, None)
-        self._locks.pop(sandbox_id, None)
 
     async def client(self, sandbox_id: str) -> AgentConnection:
         """The keep-alive connection to a ready sandbox's agent."""

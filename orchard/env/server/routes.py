@@ -101,8 +101,6 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
         agent = await manager.client(sandbox_id)
         exits = contextlib.AsyncExitStack()
         try:
-            if route.serialised:
-                await exits.enter_async_context(manager.lock(sandbox_id))
             try:
                 call = agent.session.request(route.method, agent.base_url + agent_path,
                                              params=list(request.query_params.multi_items()), data=content,
@@ -120,13 +118,13 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
             out_headers = {k: v for k in _PASS_HEADERS if (v := response.headers.get(k)) is not None}
             manager.metrics.hot_requests.labels(route.name, str(response.status)).inc()
             if streamed and response.status < 400:
-                owned, exits = exits, contextlib.AsyncExitStack()  # the body now owns lock and stream
+                owned, exits = exits, contextlib.AsyncExitStack()  # the body now owns the agent stream
 
                 async def relay() -> AsyncIterator[bytes]:
                     try:
                         async for chunk in response.content.iter_any():
                             yield chunk
-                    finally:  # also when the client hangs up: release the lock, drop the agent stream
+                    finally:  # also when the client hangs up: drop the agent stream, which stops the command
                         await owned.aclose()
 
                 return StreamingResponse(relay(), status_code=response.status, headers=out_headers)

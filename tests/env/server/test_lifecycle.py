@@ -156,6 +156,32 @@ def test_replicas_share_sandboxes_through_redis_and_survive_a_crash(redis_url, t
         replica_b.stop()
 
 
+def test_execs_are_serialised_across_replicas(redis_url, tmp_path):
+    require_root()
+    import asyncio
+
+    state_dir = str(tmp_path / "state")
+    replica_a = local_server(store=redis_url, state_dir=state_dir)
+    replica_b = local_server(store=redis_url, state_dir=state_dir, api_key=replica_a.api_key)
+    with replica_a.client() as client:
+        sandbox_id = client.create(heartbeat=False).id
+    try:
+
+        async def race() -> list[int | None]:
+            async with replica_a.async_client() as a, replica_b.async_client() as b:
+                command = "mkdir /tmp/lock || exit 9; sleep 0.3; rmdir /tmp/lock"
+                sandboxes = [await a.get(sandbox_id), await b.get(sandbox_id)]
+                results = await asyncio.gather(*(sb.exec(command) for sb in sandboxes * 2))
+                return [r.exit_code for r in results]
+
+        assert asyncio.run(race()) == [0, 0, 0, 0]
+    finally:
+        with replica_b.client() as client:
+            client.delete(sandbox_id)  # with a shared store, stopping a replica keeps its sandboxes
+        replica_a.stop()
+        replica_b.stop()
+
+
 def test_agent_token_never_leaks(redis_url, tmp_path):
     require_root()
     import httpx
