@@ -5,8 +5,8 @@ differences (q/k/v biases, QK-norm, tied embeddings, MoE layers). Module and par
 the Hugging Face checkpoints (``model.layers.N.self_attn.q_proj``...), so weight I/O is a rename
 plus a transpose: linear kernels are stored ``[in, out]``, HF stores ``[out, in]``.
 
-Every parameter carries logical axis names (``logical_axes=``) for mapping onto a mesh later
-(``vocab``, ``embed``, ``heads``, ``kv_heads``, ``mlp``, ``experts``).
+Every parameter carries logical axis names (``logical_axes=``: ``vocab``, ``embed``, ``heads``,
+``kv_heads``, ``mlp``, ``experts``), which :mod:`orchard.models.sharding` maps onto a mesh.
 
 Departures from the reference:
 * The MoE block runs every expert on every token and weights the outputs by the (top-k, optionally
