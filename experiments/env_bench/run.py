@@ -10,12 +10,11 @@ Needs root: orchard sandboxes use Linux namespaces.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
 
-from orchard.env.bench import BenchConfig, render_markdown, run_benchmark, write_json, write_markdown_section
+from orchard.env.bench import BenchConfig, publish, render_markdown, run_benchmark
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 
@@ -50,11 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = BenchConfig(iterations=args.iterations, warmup=args.warmup, concurrency=args.concurrency,
                       per_sandbox=args.per_sandbox, creates=args.creates, progress=not args.no_progress)
     command = shlex.join(["python", "experiments/env_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
-    summary = run_benchmark(cfg, command=command)
-    write_json(summary, args.out)
-    if args.markdown is not None:
-        write_markdown_section(args.markdown, "env_bench", render_markdown(summary))
-    print(json.dumps(summary, indent=2))
+    publish(run_benchmark(cfg, command=command), args.out, args.markdown, "env_bench", render_markdown)
 
 
 if __name__ == "__main__":

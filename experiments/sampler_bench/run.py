@@ -9,12 +9,11 @@ A thin wrapper over :mod:`orchard.rollout.bench`. Needs the bench extra (torch, 
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
 
-from orchard.env.bench import write_json, write_markdown_section
+from orchard.env.bench import publish
 from orchard.rollout.bench import SamplerBenchConfig, render_markdown, run_benchmark
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
@@ -31,11 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cfg = SamplerBenchConfig(new_tokens=args.new_tokens, batches=tuple(args.batches), repeats=args.repeats)
     command = shlex.join(["python", "experiments/sampler_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
-    summary = run_benchmark(cfg, command=command)
-    write_json(summary, args.out)
-    if args.markdown is not None:
-        write_markdown_section(args.markdown, "sampler_bench", render_markdown(summary))
-    print(json.dumps(summary, indent=2))
+    publish(run_benchmark(cfg, command=command), args.out, args.markdown, "sampler_bench", render_markdown)
 
 
 if __name__ == "__main__":

@@ -391,6 +391,15 @@ def _concurrent(summary: dict[str, Any]) -> dict[str, Any]:
     return next(v for k, v in summary.items() if k.startswith("concurrent_"))
 
 
+def publish(summary: dict[str, Any], out: str | os.PathLike, markdown: str | os.PathLike | None, section: str,
+            render: Callable[[dict[str, Any]], str]) -> None:
+    """What every benchmark script ends with: the JSON file, its Markdown section, the JSON on stdout."""
+    write_json(summary, out)
+    if markdown is not None:
+        write_markdown_section(markdown, section, render(summary))
+    print(json.dumps(summary, indent=2))
+
+
 def write_markdown_section(path: str | os.PathLike, name: str, body: str) -> None:
     """Replace (or append) the block between ``<!-- name -->`` and ``<!-- /name -->`` in ``path``.
 
