@@ -10,8 +10,8 @@ Sampling: greedy (``temperature == 0``), or temperature with optional top-k then
 logprob returned for each token is that of the model's own distribution (log-softmax of the raw
 logits), as vLLM reports it by default and as RL importance ratios need.
 
-Not here yet: stop strings (they need a tokenizer: the engine layer) and a token budget shared
-across requests (continuous batching).
+Stop strings need a tokenizer, so engines apply them (:class:`~orchard.rollout.jax_engine.JaxEngine`).
+Not here yet: a token budget shared across requests (continuous batching).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0  # 0: off
     stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()  # stop strings: applied by engines that have a tokenizer
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -47,6 +48,7 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
+    text: str | None = None  # set by engines that have a tokenizer
 
 
 def _top_k_top_p(scaled: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:

@@ -36,3 +36,23 @@ def test_weights_of_another_architecture_are_refused():
     other = from_pretrained(os.path.join(os.path.dirname(FIXTURE), "qwen3"), dtype="float32")
     with pytest.raises(ValueError, match="same architecture"):
         engine.update_weights(other)
+
+
+def test_text_and_stop_strings_with_a_tokenizer():
+    from orchard.data.chat import smollm2_format
+    from orchard.data.tokenizer import Tokenizer
+    from orchard.rollout.bench import smollm2_gguf
+
+    tokenizer = Tokenizer.from_gguf(smollm2_gguf())
+    engine = JaxEngine.from_pretrained(smollm2_gguf(), tokenizer=tokenizer, dtype="float32")
+    prompt = smollm2_format(tokenizer).render([{"role": "user", "content": "Count: 1, 2, 3, 4, 5"}],
+                                              add_generation_prompt=True).token_ids
+    full = engine.generate([prompt], SamplingParams(max_tokens=24, temperature=0.0))[0]
+    assert full.text == tokenizer.decode(full.token_ids) and len(full.text) > 10
+    stop = full.text[5:8]  # a stop string that starts inside the generated text
+    cut = engine.generate([prompt], SamplingParams(max_tokens=24, temperature=0.0, stop=(stop,)))[0]
+    assert cut.finish_reason == "stop" and cut.text == full.text[: full.text.index(stop)]
+    assert cut.token_ids == full.token_ids[: len(cut.token_ids)] and len(cut.logprobs) == len(cut.token_ids)
+    assert stop in tokenizer.decode(cut.token_ids) and stop not in tokenizer.decode(cut.token_ids[:-1])
+    with pytest.raises(ValueError, match="need a tokenizer"):
+        JaxEngine.from_pretrained(FIXTURE).generate([[1]], SamplingParams(stop=("x",)))
