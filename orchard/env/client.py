@@ -313,11 +313,16 @@ class AsyncSandbox:
         return f"AsyncSandbox(id={self.id!r}, status={self.info.status!r})"
 
     async def _beat(self) -> None:
+        """Heartbeat every ttl/3 until the sandbox is deleted, gone, or its client is closed."""
         interval = min(max(self.info.spec.ttl / 3, 0.2), 60.0)
         while True:
             await asyncio.sleep(interval)
-            with contextlib.suppress(OrchardConnectionError, ServerError, AgentUnavailable):
+            try:
                 await self.heartbeat()
+            except (OrchardConnectionError, ServerError, AgentUnavailable):
+                continue  # transient: try again next beat
+            except (SandboxNotFound, RuntimeError):  # deleted elsewhere, or the client's session closed
+                return
 
     # -- lifecycle
     async def heartbeat(self) -> SandboxInfo:
