@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +53,7 @@ class SafetensorsCheckpoint:
             raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {path}")
         self.path = path
         self.weight_map = weight_map
+        self._files: dict[str, Any] = {}  # open (memory-mapped) shards, opened once each
 
     def names(self) -> Iterator[str]:
         return iter(self.weight_map)
@@ -62,8 +63,9 @@ class SafetensorsCheckpoint:
             filename = self.weight_map[name]
         except KeyError:
             raise CheckpointError(f"checkpoint has no tensor {name!r}") from None
-        with safe_open(os.path.join(self.path, filename), "np") as shard:
-            return shard.get_tensor(name)
+        if filename not in self._files:
+            self._files[filename] = safe_open(os.path.join(self.path, filename), "np")
+        return self._files[filename].get_tensor(name)
 
 
 def _hf_tensor(checkpoint: Checkpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:

@@ -126,6 +126,8 @@ class LocalBackend:
             "ORCHARD_PATH": DEFAULT_PATH,
             "ORCHARD_CAPS": ",".join(f"+{cap}" for cap in SANDBOX_CAPS),
             "PATH": DEFAULT_PATH,
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
         }
 
     def _launch_argv(self, sandbox_dir: str, spec: SandboxSpec, join: list[str], limits: Limits) -> list[str]:
@@ -173,7 +175,7 @@ class LocalBackend:
             process = await asyncio.create_subprocess_exec(
                 *self._launch_argv(sandbox_dir, spec, join, limits),
                 stdin=subprocess.DEVNULL, stdout=agent_log, stderr=agent_log, start_new_session=True,
-                env={**os.environ, **self._init_env(sandbox_id, sandbox_dir, spec)},
+                env=self._init_env(sandbox_id, sandbox_dir, spec),  # never the orchestrator's own (API key)
             )
         self._launchers[sandbox_id] = process
         data = {"pid": process.pid, "start_time": _start_time(process.pid), "dir": sandbox_dir}

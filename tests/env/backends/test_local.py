@@ -109,8 +109,9 @@ def test_memory_hog_is_killed_but_the_agent_survives(client):
         assert sb.exec("echo alive").check().stdout == "alive\n"
 
 
-def test_isolation_none_confines_the_file_api(client):
+def test_isolation_none_confines_the_file_api(client, orchestrator):
     with client.create(isolation="none") as sb:
+        assert orchestrator.api_key not in sb.exec("env").stdout  # the orchestrator's secrets stay out
         sb.write_file("/workspace/a.txt", b"hello")
         assert sb.exec("cat a.txt").check().stdout == "hello"
         with pytest.raises(PathOutsideSandbox):
