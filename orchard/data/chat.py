@@ -2,13 +2,23 @@
 
 A :class:`Rendered` conversation only grows: appending a turn tokenises that turn alone, so the
 ids of earlier turns never change, and every id carries a :class:`Source`. Loss masks come from the
-sources: only what the assistant produced (its content and its end-of-turn token) is trained on.
+sources: only what the assistant produced (its reasoning, content, tool calls and end-of-turn
+token) is trained on.
 
-Departure from HF ``apply_chat_template``, which renders one string and tokenises it whole: here a
-turn's header (``assistant\\n``) and its content are tokenised separately, which is the boundary
-the model sees when it generates after the header. The two agree except when content starts
-with whitespace that BPE would merge across that boundary. Special tokens are inserted by id and
-never recognised inside text, so content cannot forge a turn.
+Messages use the OpenAI shape: ``{"role", "content"}``, plus ``tool_calls`` and
+``reasoning_content`` on assistant turns. Tools are OpenAI tool schemas.
+
+Departures from HF ``apply_chat_template``, which renders one string and tokenises it whole:
+
+- A turn's header (``assistant\\n``) and its body are tokenised separately, which is the boundary
+  the model sees when it generates after the header. The two agree except when a body starts with
+  whitespace that BPE would merge across that boundary.
+- Special tokens are inserted by id and never recognised inside text, so content cannot forge a
+  turn.
+- Qwen3: reasoning is kept on every assistant turn that has it. HF's template drops the reasoning
+  of turns before the last user query and gives a final assistant turn without reasoning an empty
+  ``<think>`` block; both would rewrite tokens the model already produced or saw, which training
+  on sampled tokens cannot allow. Conversations without those two cases render identically.
 
 Generated text is parsed into reasoning (``<think>...</think>``), content and tool calls
 (``<tool_call>{"name": ..., "arguments": ...}</tool_call>``). A malformed tool call is reported in
@@ -21,11 +31,11 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from orchard.data.tokenizer import Tokenizer
 
-Role = Literal["system", "user", "assistant", "tool"]
+Message = dict[str, Any]
 
 
 class Source(StrEnum):
@@ -40,6 +50,7 @@ class Source(StrEnum):
 class Rendered:
     token_ids: list[int] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
+    open_tool_turn: bool = False  # Qwen3 groups consecutive tool results into one turn
 
     def extend(self, ids: list[int], source: Source) -> None:
         self.token_ids.extend(ids)
@@ -92,11 +103,18 @@ def parse_assistant(text: str) -> ParsedAssistant:
     return ParsedAssistant(content=content, reasoning=reasoning, tool_calls=calls, errors=errors)
 
 
+def _text(message: Message) -> str:
+    content = message.get("content") or ""
+    if not isinstance(content, str):
+        raise TypeError(f"{message['role']} content must be a string, not {type(content).__name__}")
+    return content
+
+
 class ChatMLFormat:
-    """ChatML (``<|im_start|>role\\ncontent<|im_end|>\\n``), as SmolLM2 and Qwen use it.
+    """ChatML (``<|im_start|>role\\ncontent<|im_end|>\\n``), as SmolLM2 uses it.
 
     ``default_system`` is inserted when a conversation does not start with a system turn, as
-    SmolLM2's template does.
+    SmolLM2's template does. Plain ChatML has no tool syntax: use :class:`Qwen3Format` for tools.
     """
 
     def __init__(self, tokenizer: Tokenizer, default_system: str | None = None) -> None:
@@ -106,29 +124,62 @@ class ChatMLFormat:
         self.im_end = tokenizer.token_id("<|im_end|>")
         self.newline = tokenizer.encode("\n")
 
-    def append(self, rendered: Rendered, role: Role, content: str) -> Rendered:
+    def render(self, messages: list[Message], tools: list[dict] | None = None,
+               add_generation_prompt: bool = False) -> Rendered:
+        consumed = bool(tools and messages and messages[0]["role"] == "system")
+        rendered = self.start(tools, system=messages[0] if consumed else None)
+        for message in messages[consumed:]:
+            self.append(rendered, message)
+        return self.generation_prompt(rendered) if add_generation_prompt else self.close(rendered)
+
+    def start(self, tools: list[dict] | None = None, system: Message | None = None) -> Rendered:
+        """A new conversation that offers ``tools``; ``system`` is merged into the tools' system turn."""
+        if tools:
+            raise ValueError(f"{type(self).__name__} has no tool syntax; use Qwen3Format")
+        return Rendered()
+
+    def append(self, rendered: Rendered, message: Message) -> Rendered:
         """Add one turn to ``rendered`` (in place) and return it."""
-        if not rendered.token_ids and role != "system" and self.default_system is not None:
-            self.append(rendered, "system", self.default_system)
-        source = Source(role)
-        rendered.extend([self.im_start], Source.TEMPLATE)
-        rendered.extend(self.tokenizer.encode(f"{role}\n"), Source.TEMPLATE)
-        rendered.extend(self.tokenizer.encode(content), source)
-        rendered.extend([self.im_end], source)  # the assistant learns to end its turn
-        rendered.extend(self.newline, Source.TEMPLATE)
+        if not rendered.token_ids and message["role"] != "system" and self.default_system is not None:
+            self.append(rendered, {"role": "system", "content": self.default_system})
+        self.close(rendered)
+        self._turn(rendered, message["role"], self._body(message), Source(message["role"]))
         return rendered
 
     def generation_prompt(self, rendered: Rendered) -> Rendered:
         """Open an assistant turn for the model to complete (in place)."""
+        self.close(rendered)
         rendered.extend([self.im_start], Source.TEMPLATE)
         rendered.extend(self.tokenizer.encode("assistant\n"), Source.TEMPLATE)
         return rendered
 
-    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> Rendered:
-        rendered = Rendered()
-        for message in messages:
-            self.append(rendered, message["role"], message["content"])
-        return self.generation_prompt(rendered) if add_generation_prompt else rendered
+    def close(self, rendered: Rendered) -> Rendered:
+        """End a turn left open for more of the same kind (a no-op in plain ChatML)."""
+        return rendered
+
+    def _body(self, message: Message) -> list[tuple[str, Source]]:
+        if message.get("tool_calls"):
+            raise ValueError(f"{type(self).__name__} has no tool syntax; use Qwen3Format")
+        return [(_text(message), Source(message["role"]))]
+
+    def _turn(self, rendered: Rendered, role: str, body: list[tuple[str, Source]], source: Source,
+              end: bool = True) -> None:
+        rendered.extend([self.im_start], Source.TEMPLATE)
+        rendered.extend(self.tokenizer.encode(f"{role}\n" if end else role), Source.TEMPLATE)
+        self._extend_pieces(rendered, body)
+        if end:
+            self._end(rendered, source)
+
+    def _end(self, rendered: Rendered, source: Source) -> None:
+        rendered.extend([self.im_end], source)  # the assistant learns to end its turn
+        rendered.extend(self.newline, Source.TEMPLATE)
+
+    def _extend_pieces(self, rendered: Rendered, pieces: list[tuple[str, Source]]) -> None:
+        """Tokenise the pieces as one text (as HF does); each token takes the source of the piece
+        its first character is in."""
+        ids, sources = self.tokenizer.encode_with_sources(pieces)
+        rendered.token_ids.extend(ids)
+        rendered.sources.extend(sources)
 
 
 SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -137,3 +188,73 @@ SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained b
 def smollm2_format(tokenizer: Tokenizer) -> ChatMLFormat:
     """SmolLM2-Instruct's template: ChatML with its default system prompt."""
     return ChatMLFormat(tokenizer, default_system=SMOLLM2_DEFAULT_SYSTEM)
+
+
+_QWEN3_TOOLS_HEADER = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                       "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+_QWEN3_TOOLS_FOOTER = ("\n</tools>\n\nFor each function call, return a json object with function name and "
+                       "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                       '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+
+class Qwen3Format(ChatMLFormat):
+    """Qwen3's template: ChatML plus tools in the system turn, reasoning in ``<think>``, tool calls
+    in ``<tool_call>`` and consecutive tool results grouped into one ``user`` turn of
+    ``<tool_response>`` blocks.
+
+    With ``thinking=False`` the generation prompt carries an empty ``<think>`` block, as
+    ``enable_thinking=False`` does in HF. See the module docstring for how reasoning on earlier
+    turns differs from HF.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, thinking: bool = True) -> None:
+        super().__init__(tokenizer)
+        self.thinking = thinking
+
+    def start(self, tools: list[dict] | None = None, system: Message | None = None) -> Rendered:
+        rendered = Rendered()
+        if tools:
+            pieces = [(_text(system) + "\n\n", Source.SYSTEM)] if system is not None else []
+            schemas = "".join("\n" + json.dumps(tool, ensure_ascii=False) for tool in tools)
+            pieces.append((_QWEN3_TOOLS_HEADER + schemas + _QWEN3_TOOLS_FOOTER, Source.SYSTEM))
+            self._turn(rendered, "system", pieces, Source.SYSTEM)
+        return rendered
+
+    def append(self, rendered: Rendered, message: Message) -> Rendered:
+        if message["role"] != "tool":
+            return super().append(rendered, message)
+        if not rendered.open_tool_turn:
+            self._turn(rendered, "user", [], Source.TOOL, end=False)
+            rendered.open_tool_turn = True
+        self._extend_pieces(rendered, [("\n<tool_response>\n", Source.TEMPLATE), (_text(message), Source.TOOL),
+                                       ("\n</tool_response>", Source.TEMPLATE)])
+        return rendered
+
+    def close(self, rendered: Rendered) -> Rendered:
+        if rendered.open_tool_turn:
+            self._end(rendered, Source.TOOL)
+            rendered.open_tool_turn = False
+        return rendered
+
+    def generation_prompt(self, rendered: Rendered) -> Rendered:
+        super().generation_prompt(rendered)
+        if not self.thinking:
+            self._extend_pieces(rendered, [("<think>\n\n</think>\n\n", Source.TEMPLATE)])
+        return rendered
+
+    def _body(self, message: Message) -> list[tuple[str, Source]]:
+        if message["role"] != "assistant":
+            return [(_text(message), Source(message["role"]))]
+        content, reasoning = _text(message), message.get("reasoning_content")
+        if reasoning is None and "</think>" in content:
+            reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+            content = content.split("</think>")[-1].lstrip("\n")
+        text = f"<think>\n{reasoning.strip(chr(10))}\n</think>\n\n{content.lstrip(chr(10))}" if reasoning else content
+        for index, call in enumerate(message.get("tool_calls") or []):
+            call = call.get("function", call)
+            arguments = call["arguments"]
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            separator = "\n" if index or content else ""
+            text += f'{separator}<tool_call>\n{{"name": "{call["name"]}", "arguments": {arguments}}}\n</tool_call>'
+        return [(text, Source.ASSISTANT)]

@@ -7,10 +7,18 @@ special tokens by id.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from typing import TypeVar
+
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 GGUF_CONTROL = 3  # llama.cpp token type of control (special) tokens
+S = TypeVar("S")
 
 
 class Tokenizer:
@@ -35,6 +43,17 @@ class Tokenizer:
         """Token ids of plain text; special-token strings inside it are not special."""
         return self.backend.encode(text, add_special_tokens=False, is_pretokenized=False).ids if text else []
 
+    def encode_with_sources(self, pieces: Sequence[tuple[str, S]]) -> tuple[list[int], list[S]]:
+        """Encode the pieces' concatenation in one pass, as a whole-string tokeniser would, and tag
+        each token with the label of the piece its first character is in."""
+        text = "".join(piece for piece, _ in pieces)
+        if not text:
+            return [], []
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        ends = list(itertools.accumulate(len(piece) for piece, _ in pieces))
+        labels = [pieces[min(bisect.bisect_right(ends, start), len(pieces) - 1)][1] for start, _ in encoding.offsets]
+        return encoding.ids, labels
+
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
@@ -42,6 +61,16 @@ class Tokenizer:
     def from_file(cls, path: str, eos_token: str) -> Tokenizer:
         """Load a ``tokenizer.json``."""
         return cls(HFTokenizer.from_file(path), eos_token)
+
+    @classmethod
+    def from_pretrained(cls, path: str) -> Tokenizer:
+        """The tokenizer of a model: a ``.gguf`` file, or an HF directory's ``tokenizer.json`` with
+        the end-of-sequence token named in its ``tokenizer_config.json``."""
+        if path.endswith(".gguf"):
+            return cls.from_gguf(path)
+        with open(os.path.join(path, "tokenizer_config.json")) as handle:
+            eos = json.load(handle)["eos_token"]
+        return cls.from_file(os.path.join(path, "tokenizer.json"), eos["content"] if isinstance(eos, dict) else eos)
 
     @classmethod
     def from_gguf(cls, path: str) -> Tokenizer:

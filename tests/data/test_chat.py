@@ -1,4 +1,4 @@
-"""Tokenizer and ChatML rendering against transformers (golden file), masks and parsing."""
+"""Tokenizers and chat formats against transformers (golden files), masks and parsing."""
 
 from __future__ import annotations
 
@@ -7,17 +7,32 @@ import os
 
 import pytest
 
-from orchard.data.chat import ChatMLFormat, Rendered, Source, parse_assistant, smollm2_format
+from orchard.data.chat import ChatMLFormat, Qwen3Format, Rendered, Source, parse_assistant, smollm2_format
 from orchard.data.tokenizer import Tokenizer
 from orchard.rollout.bench import smollm2_gguf
+from tests.fixtures.chat.qwen3_tokenizer import qwen3_tokenizer_dir
 
-GOLDEN = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "chat", "smollm2.json")
+FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "chat")
+
+
+def _load(name: str) -> dict:
+    with open(os.path.join(FIXTURES, name)) as handle:
+        return json.load(handle)
 
 
 @pytest.fixture(scope="module")
 def golden() -> dict:
-    with open(GOLDEN) as handle:
-        return json.load(handle)
+    return _load("smollm2.json")
+
+
+@pytest.fixture(scope="module")
+def qwen3_golden() -> dict:
+    return _load("qwen3.json")
+
+
+@pytest.fixture(scope="module")
+def qwen3_tokenizer() -> Tokenizer:
+    return Tokenizer.from_pretrained(qwen3_tokenizer_dir())
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +66,7 @@ def test_rendering_is_incremental(tokenizer, golden):
     growing = Rendered()
     for turn, message in enumerate(messages, start=1):
         before = list(growing.token_ids)
-        chat.append(growing, message["role"], message["content"])
+        chat.append(growing, message)
         assert growing.token_ids[: len(before)] == before  # earlier ids never change
         assert growing.token_ids == chat.render(messages[:turn]).token_ids
 
@@ -65,6 +80,63 @@ def test_loss_mask_covers_exactly_the_assistant_content_and_end_of_turn(tokenize
     assert set(rendered.sources) == {Source.TEMPLATE, Source.USER, Source.ASSISTANT, Source.TOOL}
     tool_ids = [t for t, s in zip(rendered.token_ids, rendered.sources, strict=True) if s is Source.TOOL]
     assert tokenizer.decode(tool_ids) == "42<|im_end|>"
+
+
+def test_plain_chatml_refuses_tools(tokenizer):
+    with pytest.raises(ValueError, match="Qwen3Format"):
+        ChatMLFormat(tokenizer).render([{"role": "user", "content": "hi"}], tools=[{"type": "function"}])
+
+
+def test_qwen3_rendering_matches_apply_chat_template(qwen3_tokenizer, qwen3_golden):
+    assert qwen3_tokenizer.eos_token == "<|im_end|>"
+    for case in qwen3_golden["chat"]:
+        chat = Qwen3Format(qwen3_tokenizer, thinking=case.get("enable_thinking", True))
+        rendered = chat.render(case["messages"], tools=case["tools"], add_generation_prompt=case["add_generation_prompt"])
+        assert qwen3_tokenizer.decode(rendered.token_ids) == case["text"]
+        assert rendered.token_ids == case["ids"], case["messages"]
+
+
+def test_qwen3_rendering_is_incremental_across_grouped_tool_results(qwen3_tokenizer, qwen3_golden):
+    case = next(c for c in qwen3_golden["chat"] if [m["role"] for m in c["messages"]][-2:] == ["tool", "tool"]
+                and c["add_generation_prompt"])
+    chat = Qwen3Format(qwen3_tokenizer)
+    growing = chat.start(case["tools"])
+    for message in case["messages"]:
+        before = list(growing.token_ids)
+        chat.append(growing, message)
+        assert growing.token_ids[: len(before)] == before
+    assert chat.generation_prompt(growing).token_ids == case["ids"]
+
+
+def test_qwen3_loss_mask_is_exactly_what_the_assistant_generated(qwen3_tokenizer, qwen3_golden):
+    case = next(c for c in qwen3_golden["chat"] if c["tools"] and c["messages"][-1]["role"] == "assistant")
+    rendered = Qwen3Format(qwen3_tokenizer).render(case["messages"], tools=case["tools"])
+    turns, current = [], []
+    for token, keep in zip(rendered.token_ids, rendered.loss_mask(), strict=True):
+        if keep:
+            current.append(token)
+        elif current:
+            turns.append(qwen3_tokenizer.decode(current))
+            current = []
+    assert turns == [
+        '<think>\nI should list the directory.\n</think>\n\n<tool_call>\n'
+        '{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call><|im_end|>',
+        "<think>\nTwo files.\n</think>\n\nThere are two files.<|im_end|>",
+    ]
+    tool_text = qwen3_tokenizer.decode([t for t, s in zip(rendered.token_ids, rendered.sources, strict=True)
+                                        if s is Source.TOOL])
+    assert tool_text == "total 8\nREADME.md\nsetup.py<|im_end|>"
+    parsed = parse_assistant(turns[0].removesuffix("<|im_end|>"))
+    assert parsed.reasoning == "I should list the directory." and parsed.tool_calls[0].arguments == {"command": "ls -la"}
+
+
+def test_qwen3_keeps_reasoning_of_earlier_turns(qwen3_tokenizer):
+    """The documented departure: HF drops reasoning before the last user query; Orchard keeps the
+    tokens the model produced."""
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning_content": "r"},
+                {"role": "user", "content": "c"}]
+    text = qwen3_tokenizer.decode(Qwen3Format(qwen3_tokenizer).render(messages).token_ids)
+    assert "<|im_start|>assistant\n<think>\nr\n</think>\n\nb<|im_end|>" in text
 
 
 def test_parse_reasoning_content_and_tool_calls():
