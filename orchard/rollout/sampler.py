@@ -10,6 +10,12 @@ Sampling: greedy (``temperature == 0``), or temperature with optional top-k then
 logprob returned for each token is that of the model's own distribution (log-softmax of the raw
 logits), as vLLM reports it by default and as RL importance ratios need.
 
+Generation is a prefill program, then a decode program that runs a chunk of steps and takes the
+decode state (the cache included) as a donated buffer, so the cache is updated in place across
+chunks. ``generate`` runs one chunk to the end; ``stream`` runs short chunks and yields each row's
+new tokens between them. Prompt and output lengths are bucketed to powers of two, so the number of
+compiled programs stays small under varied requests.
+
 Stop strings need a tokenizer, so engines apply them (:class:`~orchard.rollout.jax_engine.JaxEngine`).
 Not here yet: a token budget shared across requests (continuous batching).
 """
@@ -17,8 +23,9 @@ Not here yet: a token budget shared across requests (continuous batching).
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -86,36 +93,71 @@ def _prefill_mask(pad: jax.Array, prompt_len: int, cache_len: int) -> jax.Array:
     return (slots[None, None, :] <= steps[None, :, None]) & (slots[None, None, :] >= pad[:, None, None])
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_tokens"))
-def _generate(graphdef, state, tokens, pad, key, temperature, top_k, top_p, stop_ids, *, max_tokens):
+class DecodeState(NamedTuple):
+    """Everything decoding carries from one step to the next; it stays on the device."""
+
+    step: jax.Array  # tokens sampled so far (per batch)
+    caches: list
+    last_logits: jax.Array  # [B, V]: the distribution of the next token
+    tokens: jax.Array  # [B, max_new]
+    logprobs: jax.Array  # [B, max_new]
+    done: jax.Array  # [B]
+    lengths: jax.Array  # [B]
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new"))
+def _prefill(graphdef, state, tokens, pad, *, max_new: int) -> DecodeState:
     model = nnx.merge(graphdef, state)
     batch, prompt_len = tokens.shape
-    cache_len = prompt_len + max_tokens
+    cache_len = prompt_len + max_new
     caches = model.init_cache(batch, cache_len)
     positions = jnp.maximum(jnp.arange(prompt_len)[None, :] - pad[:, None], 0)
     logits, caches = model.forward(tokens, positions, _prefill_mask(pad, prompt_len, cache_len), caches, 0)
-    slots = jnp.arange(cache_len)
+    return DecodeState(jnp.int32(0), caches, logits[:, -1], jnp.zeros((batch, max_new), jnp.int32),
+                       jnp.zeros((batch, max_new), jnp.float32), jnp.zeros((batch,), bool),
+                       jnp.zeros((batch,), jnp.int32))
 
-    def cond(carry):
-        step, _, _, _, _, done, _ = carry
-        return (step < max_tokens) & ~jnp.all(done)
 
-    def body(carry):
-        step, caches, last_logits, out_tokens, out_logprobs, done, lengths = carry
-        token, logprob = sample_logits(last_logits, jax.random.fold_in(key, step), temperature, top_k, top_p)
-        out_tokens = out_tokens.at[:, step].set(jnp.where(done, 0, token))
-        out_logprobs = out_logprobs.at[:, step].set(jnp.where(done, 0.0, logprob))
-        lengths = lengths + (~done).astype(jnp.int32)
+@functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("decode",))
+def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, key, temperature, top_k, top_p,
+            stop_ids) -> DecodeState:
+    """Sample until step ``until`` or until every row is done, in one compiled loop."""
+    model = nnx.merge(graphdef, state)
+    slots = jnp.arange(decode.caches[0].k.shape[1])
+
+    def cond(carry: DecodeState):
+        return (carry.step < until) & ~jnp.all(carry.done)
+
+    def body(carry: DecodeState) -> DecodeState:
+        step, done = carry.step, carry.done
+        token, logprob = sample_logits(carry.last_logits, jax.random.fold_in(key, step), temperature, top_k, top_p)
+        tokens = carry.tokens.at[:, step].set(jnp.where(done, 0, token))
+        logprobs = carry.logprobs.at[:, step].set(jnp.where(done, 0.0, logprob))
+        lengths = carry.lengths + (~done).astype(jnp.int32)
         done = done | jnp.any(token[:, None] == stop_ids[None, :], axis=-1)
         slot = prompt_len + step
         mask = ((slots <= slot)[None, :] & (slots[None, :] >= pad[:, None]))[:, None, :]  # [B, 1, S]
-        logits, caches = model.forward(token[:, None], (slot - pad)[:, None], mask, caches, slot)
-        return step + 1, caches, logits[:, -1], out_tokens, out_logprobs, done, lengths
+        logits, caches = model.forward(token[:, None], (slot - pad)[:, None], mask, carry.caches, slot)
+        return DecodeState(step + 1, caches, logits[:, -1], tokens, logprobs, done, lengths)
 
-    carry = (jnp.int32(0), caches, logits[:, -1], jnp.zeros((batch, max_tokens), jnp.int32),
-             jnp.zeros((batch, max_tokens), jnp.float32), jnp.zeros((batch,), bool), jnp.zeros((batch,), jnp.int32))
-    _, _, _, out_tokens, out_logprobs, done, lengths = jax.lax.while_loop(cond, body, carry)
-    return out_tokens, out_logprobs, lengths, done
+    return jax.lax.while_loop(cond, body, decode)
+
+
+def bucket(length: int, smallest: int = 16) -> int:
+    """Round a length up to a power of two, so a handful of shapes cover every request and the
+    compiled programs are reused (at the cost of padding)."""
+    return max(smallest, 1 << (length - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class StreamDelta:
+    """New tokens for one row of the batch since the last delta."""
+
+    row: int
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: Literal["stop", "length"] | None  # set on the row's last delta
+    text: str | None = None  # set by engines that have a tokenizer
 
 
 class Sampler:
@@ -130,22 +172,48 @@ class Sampler:
         self.graphdef, self.state = nnx.split(model)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        completions = [Completion([], [], "length") for _ in prompts]
+        for delta in self.stream(prompts, params, chunk_tokens=params.max_tokens):
+            done = completions[delta.row]
+            completions[delta.row] = Completion(done.token_ids + delta.token_ids, done.logprobs + delta.logprobs,
+                                                delta.finish_reason or done.finish_reason)
+        return completions
+
+    def stream(self, prompts: list[list[int]], params: SamplingParams,
+               chunk_tokens: int = 1) -> Iterator[StreamDelta]:
+        """Generate, yielding each row's new tokens every ``chunk_tokens`` decode steps.
+
+        Sampling is keyed by step, so the tokens are the same whatever the chunk size.
+        """
         if not prompts or any(not p for p in prompts):
             raise ValueError("every prompt needs at least one token")
-        prompt_len = max(len(p) for p in prompts)
-        if prompt_len + params.max_tokens > self.cfg.max_position_embeddings:
-            raise ValueError(f"prompt ({prompt_len}) + max_tokens ({params.max_tokens}) exceeds the model's "
+        longest = max(len(p) for p in prompts)
+        if longest + params.max_tokens > self.cfg.max_position_embeddings:
+            raise ValueError(f"prompt ({longest}) + max_tokens ({params.max_tokens}) exceeds the model's "
                              f"context of {self.cfg.max_position_embeddings}")
+        prompt_len = bucket(longest)
         tokens = np.zeros((len(prompts), prompt_len), np.int32)
         pad = np.zeros((len(prompts),), np.int32)
         for row, prompt in enumerate(prompts):
             pad[row] = prompt_len - len(prompt)
             tokens[row, pad[row]:] = prompt
+        pad = jnp.asarray(pad)
         stop_ids = jnp.asarray(params.stop_token_ids or (-1,), jnp.int32)
-        out_tokens, out_logprobs, lengths, done = jax.device_get(_generate(
-            self.graphdef, self.state, jnp.asarray(tokens), jnp.asarray(pad),
-            jax.random.key(params.seed), jnp.float32(params.temperature), jnp.int32(params.top_k),
-            jnp.float32(params.top_p), stop_ids, max_tokens=params.max_tokens))
-        return [Completion(token_ids=out_tokens[row, :n].tolist(), logprobs=out_logprobs[row, :n].tolist(),
-                           finish_reason="stop" if done[row] else "length")
-                for row, n in enumerate(lengths.tolist())]
+        sampling = (jax.random.key(params.seed), jnp.float32(params.temperature), jnp.int32(params.top_k),
+                    jnp.float32(params.top_p), stop_ids)
+        decode = _prefill(self.graphdef, self.state, jnp.asarray(tokens), pad, max_new=bucket(params.max_tokens))
+        sent = np.zeros(len(prompts), np.int64)
+        finished = np.zeros(len(prompts), bool)
+        while not finished.all():
+            until = min(int(decode.step) + chunk_tokens, params.max_tokens)
+            decode = _decode(self.graphdef, self.state, decode, jnp.int32(until), jnp.int32(prompt_len), pad,
+                             *sampling)
+            out_tokens, out_logprobs, lengths, done, step = jax.device_get(
+                (decode.tokens, decode.logprobs, decode.lengths, decode.done, decode.step))
+            for row in np.flatnonzero(~finished):
+                over = bool(done[row]) or int(step) >= params.max_tokens
+                if lengths[row] > sent[row] or over:
+                    yield StreamDelta(int(row), out_tokens[row, sent[row]:lengths[row]].tolist(),
+                                      out_logprobs[row, sent[row]:lengths[row]].tolist(),
+                                      ("stop" if done[row] else "length") if over else None)
+                    sent[row], finished[row] = lengths[row], over

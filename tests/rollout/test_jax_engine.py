@@ -54,5 +54,12 @@ def test_text_and_stop_strings_with_a_tokenizer():
     assert cut.finish_reason == "stop" and cut.text == full.text[: full.text.index(stop)]
     assert cut.token_ids == full.token_ids[: len(cut.token_ids)] and len(cut.logprobs) == len(cut.token_ids)
     assert stop in tokenizer.decode(cut.token_ids) and stop not in tokenizer.decode(cut.token_ids[:-1])
+
+    # Streamed token by token: the same tokens and text, and no text that is part of the stop string.
+    deltas = list(engine.stream([prompt], SamplingParams(max_tokens=24, temperature=0.0, stop=(stop,))))
+    assert "".join(d.text for d in deltas) == cut.text
+    assert [t for d in deltas for t in d.token_ids] == cut.token_ids
+    assert deltas[-1].finish_reason == "stop" and len(deltas) < 24  # decoding stopped at the stop string
+    assert not any(stop[:2] in d.text for d in deltas)
     with pytest.raises(ValueError, match="need a tokenizer"):
         JaxEngine.from_pretrained(FIXTURE).generate([[1]], SamplingParams(stop=("x",)))

@@ -97,3 +97,31 @@ def test_bad_requests_are_clear_errors():
         sampler.generate([[1, 2]], SamplingParams(max_tokens=1000))
     with pytest.raises(ValueError, match="invalid sampling"):
         SamplingParams(top_p=0)
+
+
+def test_streaming_yields_the_same_tokens_step_by_step():
+    sampler = Sampler(load("qwen3"))
+    prompt = golden("qwen3")["tokens"][0].tolist()
+    params = SamplingParams(max_tokens=7, temperature=1.0, seed=11)
+    prompts = [prompt[:5], prompt[:9]]
+    whole = sampler.generate(prompts, params)
+    deltas = list(sampler.stream(prompts, params, chunk_tokens=1))
+    for row, completion in enumerate(whole):
+        mine = [d for d in deltas if d.row == row]
+        assert all(len(d.token_ids) == 1 for d in mine)  # one token per step
+        assert [t for d in mine for t in d.token_ids] == completion.token_ids
+        assert [p for d in mine for p in d.logprobs] == pytest.approx(completion.logprobs, abs=1e-6)
+        assert [d.finish_reason for d in mine] == [None] * (len(mine) - 1) + [completion.finish_reason]
+
+
+def test_varied_lengths_reuse_compiled_programs():
+    from orchard.rollout import sampler as sampler_module
+
+    sampler = Sampler(load("llama"))
+    prompt = golden("llama")["tokens"][0].tolist()
+    sampler.generate([prompt[:3]], SamplingParams(max_tokens=5, temperature=0.0))
+    compiled = sampler_module._decode._cache_size(), sampler_module._prefill._cache_size()
+    for length, max_tokens in [(4, 6), (9, 3), (12, 8)]:  # all bucket to a 16-token prompt and 8 new tokens
+        completion = sampler.generate([prompt[:length]], SamplingParams(max_tokens=max_tokens, temperature=0.0))[0]
+        assert len(completion.token_ids) == max_tokens
+    assert (sampler_module._decode._cache_size(), sampler_module._prefill._cache_size()) == compiled
