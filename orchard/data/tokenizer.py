@@ -72,6 +72,22 @@ class Tokenizer:
             eos = json.load(handle)["eos_token"]
         return cls.from_file(os.path.join(path, "tokenizer.json"), eos["content"] if isinstance(eos, dict) else eos)
 
+    def save_pretrained(self, path: str) -> None:
+        """Write ``tokenizer.json`` and a ``tokenizer_config.json`` naming the end-of-sequence token,
+        which is what :meth:`from_pretrained`, transformers and vLLM read."""
+        os.makedirs(path, exist_ok=True)
+        encode_special = self.backend.encode_special_tokens
+        self.backend.encode_special_tokens = False  # the saved file keeps the library default
+        try:
+            self.backend.save(os.path.join(path, "tokenizer.json"))
+        finally:
+            self.backend.encode_special_tokens = encode_special
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": self.eos_token,
+                  "bos_token": self.backend.id_to_token(self.bos_id) if self.bos_id is not None else None,
+                  "add_bos_token": False, "clean_up_tokenization_spaces": False}
+        with open(os.path.join(path, "tokenizer_config.json"), "w") as handle:
+            json.dump(config, handle, indent=2)
+
     @classmethod
     def from_gguf(cls, path: str) -> Tokenizer:
         """Build a byte-level BPE tokenizer from GGUF metadata (``tokenizer.ggml.model == "gpt2"``)."""

@@ -3,7 +3,8 @@
 It shares the learner's process and devices, so a weight update is a pointer swap: the next
 ``generate`` uses the new parameters and nothing is recompiled (same architecture, same shapes).
 
-With a tokenizer it also returns text and applies stop strings, while streaming: text is released
+With a tokenizer it also returns text (special tokens such as the end of turn left out, as vLLM
+does) and applies stop strings, while streaming: text is released
 as soon as it can no longer be the start of a stop string (or half of a UTF-8 character), and a
 row ends at the token that completes a stop string. Its text ends before the stop string; its
 tokens include that last token, which the model did sample. ``generate`` is ``stream`` collected,
@@ -88,7 +89,9 @@ class JaxEngine:
             deltas.close()
 
     def _advance(self, index: int, row: _Row, finish_reason: str | None, stops: Sequence[str]) -> StreamDelta:
-        decode = self.tokenizer.decode
+        def decode(ids: list[int]) -> str:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+
         text = decode(row.token_ids)
         found = [(at, at + len(stop)) for stop in stops
                  if (at := text.find(stop, max(0, row.sent_text - len(stop)))) >= 0]

@@ -171,6 +171,17 @@ class Sampler:
         """Take new weights (same architecture): the next call uses them, nothing recompiles."""
         self.graphdef, self.state = nnx.split(model)
 
+    def check(self, prompts: list[list[int]], params: SamplingParams) -> None:
+        """Raise ``ValueError`` for a request this model cannot serve."""
+        if not prompts or any(not p for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        longest = max(len(p) for p in prompts)
+        if longest + params.max_tokens > self.cfg.max_position_embeddings:
+            raise ValueError(f"prompt ({longest}) + max_tokens ({params.max_tokens}) exceeds the model's "
+                             f"context of {self.cfg.max_position_embeddings}")
+        if any(not 0 <= t < self.cfg.vocab_size for p in prompts for t in p):
+            raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size})")
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         completions = [Completion([], [], "length") for _ in prompts]
         for delta in self.stream(prompts, params, chunk_tokens=params.max_tokens):
@@ -185,13 +196,8 @@ class Sampler:
 
         Sampling is keyed by step, so the tokens are the same whatever the chunk size.
         """
-        if not prompts or any(not p for p in prompts):
-            raise ValueError("every prompt needs at least one token")
-        longest = max(len(p) for p in prompts)
-        if longest + params.max_tokens > self.cfg.max_position_embeddings:
-            raise ValueError(f"prompt ({longest}) + max_tokens ({params.max_tokens}) exceeds the model's "
-                             f"context of {self.cfg.max_position_embeddings}")
-        prompt_len = bucket(longest)
+        self.check(prompts, params)
+        prompt_len = bucket(max(len(p) for p in prompts))
         tokens = np.zeros((len(prompts), prompt_len), np.int32)
         pad = np.zeros((len(prompts),), np.int32)
         for row, prompt in enumerate(prompts):

@@ -48,7 +48,7 @@ def test_text_and_stop_strings_with_a_tokenizer():
     prompt = smollm2_format(tokenizer).render([{"role": "user", "content": "Count: 1, 2, 3, 4, 5"}],
                                               add_generation_prompt=True).token_ids
     full = engine.generate([prompt], SamplingParams(max_tokens=24, temperature=0.0))[0]
-    assert full.text == tokenizer.decode(full.token_ids) and len(full.text) > 10
+    assert full.text == tokenizer.decode(full.token_ids, skip_special_tokens=True) and len(full.text) > 10
     stop = full.text[5:8]  # a stop string that starts inside the generated text
     cut = engine.generate([prompt], SamplingParams(max_tokens=24, temperature=0.0, stop=(stop,)))[0]
     assert cut.finish_reason == "stop" and cut.text == full.text[: full.text.index(stop)]

@@ -1,0 +1,370 @@
+"""``orchard serve``: an OpenAI-compatible server over :class:`~orchard.rollout.jax_engine.JaxEngine`.
+
+Routes: ``GET /v1/models``, ``POST /v1/chat/completions`` (tools with ``tool_choice`` auto or none,
+reasoning split into ``reasoning_content`` as vLLM does, streaming, logprobs),
+``POST /v1/completions`` (text or token-id prompts), ``GET /health``, and the two routes of the
+weight-reload hook that vLLM also serves in dev mode: ``POST /collective_rpc`` with
+``{"method": "reload_weights"}`` re-reads the weights from the model directory, and
+``POST /reset_prefix_cache`` (Orchard keeps no prefix cache, so there is nothing to drop).
+
+Requests run one at a time on the engine (each may hold ``n`` sequences in one batch); the engine
+runs in a worker thread so the event loop keeps answering. Streams are decoded token by token.
+Errors use OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from orchard.data.chat import ChatMLFormat, Qwen3Format, parse_assistant, smollm2_format
+from orchard.data.tokenizer import Tokenizer
+from orchard.models import from_pretrained
+from orchard.rollout.jax_engine import JaxEngine
+from orchard.rollout.openai_api import ChatRequest, CompletionRequest, error_body
+from orchard.rollout.sampler import SamplingParams, StreamDelta
+
+log = logging.getLogger(__name__)
+DEFAULT_CHAT_MAX_TOKENS = 1024
+
+
+class APIError(Exception):
+    def __init__(self, message: str, code: int = 400, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.code, self.kind = code, kind
+
+
+class ModelServer:
+    """The served model: engine, tokenizer, chat format and the directory its weights come from."""
+
+    def __init__(self, path: str, name: str | None = None, **overrides) -> None:
+        self.path, self.name, self.overrides = path, name or path, overrides
+        self.tokenizer = Tokenizer.from_pretrained(path)
+        self.engine = JaxEngine(from_pretrained(path, **overrides), self.tokenizer)
+        self.lock = asyncio.Lock()
+        self.created = int(time.time())
+        ends = [self.tokenizer.eos_id, self.tokenizer.backend.token_to_id("<|endoftext|>")]
+        self.end_ids = tuple(sorted({i for i in ends if i is not None}))
+
+    def chat_format(self, thinking: bool) -> ChatMLFormat:
+        family = self.engine.sampler.cfg.model_type
+        if family.startswith("qwen"):
+            return Qwen3Format(self.tokenizer, thinking=thinking)
+        if self.tokenizer.backend.token_to_id("<|im_start|>") is not None:
+            return smollm2_format(self.tokenizer)
+        raise APIError(f"no chat format for a {family!r} model with this tokenizer; use /v1/completions")
+
+    def reload_weights(self) -> None:
+        self.engine.update_weights(from_pretrained(self.path, **self.overrides))
+
+    def sampling(self, request: ChatRequest | CompletionRequest, max_tokens: int) -> SamplingParams:
+        try:
+            return SamplingParams(
+                max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p,
+                top_k=max(request.top_k, 0), stop=request.stops(),
+                stop_token_ids=tuple(request.stop_token_ids or ()) + self.end_ids,
+                seed=request.seed if request.seed is not None else uuid.uuid4().int % 2**31)
+        except ValueError as exc:
+            raise APIError(str(exc)) from exc
+
+    def check_model(self, model: str) -> None:
+        if model != self.name:
+            raise APIError(f"The model `{model}` does not exist.", 404, "NotFoundError")
+
+    def token_logprobs(self, token_ids: list[int], logprobs: list[float]) -> list[dict[str, Any]]:
+        content = []
+        for token_id, logprob in zip(token_ids, logprobs, strict=True):
+            token = self.tokenizer.decode([token_id])
+            content.append({"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": []})
+        return content
+
+
+async def _in_thread(iterator: Iterator[StreamDelta]) -> AsyncIterator[StreamDelta]:
+    """Drive a blocking iterator from the event loop, one item per worker-thread call."""
+    done = object()
+    try:
+        while (item := await asyncio.to_thread(next, iterator, done)) is not done:
+            yield item
+    finally:
+        with contextlib.suppress(ValueError):  # still running in its thread after a cancel: it ends after that step
+            iterator.close()
+
+
+def _sse(payload: dict | str) -> str:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+_HOLD = re.compile(r"<(t(o(o(l(_(c(a(l(l)?)?)?)?)?)?)?)?)?$|</(t(h(i(n(k)?)?)?)?)?$")
+
+
+def _visible(text: str) -> tuple[str, str]:
+    """The reasoning and content of a partial assistant text that are safe to stream: nothing of a
+    tag that may still be forming, nothing from a ``<tool_call>`` on (calls are sent whole), and
+    no trailing whitespace yet (the final message is stripped)."""
+    reasoning, rest = "", text
+    stripped = text.lstrip()
+    if stripped.startswith("<think>"):
+        body = stripped[len("<think>"):]
+        end = body.find("</think>")
+        if end < 0:
+            return _HOLD.sub("", body).strip("\n"), ""
+        reasoning, rest = body[:end].strip("\n"), body[end + len("</think>"):]
+    elif "<think>".startswith(stripped):
+        return "", ""
+    call = rest.find("<tool_call>")
+    content = rest if call < 0 else rest[:call]
+    return reasoning, (_HOLD.sub("", content) if call < 0 else content).strip()
+
+
+def _message(text: str) -> tuple[dict[str, Any], str | None]:
+    """An OpenAI assistant message from generated text, and the finish reason it implies."""
+    parsed = parse_assistant(text)
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.reasoning is not None:
+        message["reasoning_content"] = parsed.reasoning
+    if parsed.errors:  # show the model's raw text, so the harness can see and count the bad call
+        message["content"] = text.split("</think>")[-1].strip()
+        return message, None
+    if parsed.tool_calls:
+        message["content"] = parsed.content or None
+        message["tool_calls"] = [
+            {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+             "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+            for call in parsed.tool_calls]
+        return message, "tool_calls"
+    return message, None
+
+
+def _plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages with list-of-parts content joined into text (images are refused)."""
+    plain = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            if any(part.get("type") != "text" for part in content):
+                raise APIError("only text content parts are supported")
+            message = {**message, "content": "".join(part["text"] for part in content)}
+        if "role" not in message:
+            raise APIError("every message needs a role")
+        plain.append(message)
+    return plain
+
+
+def create_app(server: ModelServer) -> FastAPI:
+    app = FastAPI(title="Orchard model server")
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(error_body(str(exc), exc.kind, exc.code), exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors())
+        return JSONResponse(error_body(problems or "invalid request"), 400)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": server.name, "object": "model", "created": server.created,
+                                            "owned_by": "orchard", "root": server.path}]}
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(body: dict[str, Any]) -> dict:
+        if body.get("method") != "reload_weights":
+            raise APIError(f"unsupported method {body.get('method')!r}; only 'reload_weights'")
+        async with server.lock:
+            started = time.perf_counter()
+            try:
+                await asyncio.to_thread(server.reload_weights)
+            except (OSError, ValueError, KeyError) as exc:
+                raise APIError(f"reload failed: {exc}", 500, "server_error") from exc
+        log.info("reloaded weights from %s in %.2f s", server.path, time.perf_counter() - started)
+        return {"results": [None]}
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> dict:
+        return {"status": "ok"}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: ChatRequest):
+        server.check_model(request.model)
+        thinking = (request.chat_template_kwargs or {}).get("enable_thinking", True)
+        tools = request.tools if request.tool_choice != "none" else None
+        if isinstance(request.tool_choice, dict):
+            raise APIError("tool_choice may be 'auto' or 'none'; forcing a function is not supported")
+        try:
+            prompt = server.chat_format(thinking).render(_plain_messages(request.messages), tools=tools,
+                                                         add_generation_prompt=True).token_ids
+        except (ValueError, TypeError, KeyError) as exc:
+            raise APIError(f"cannot render these messages: {exc}") from exc
+        max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_CHAT_MAX_TOKENS
+        sampling = server.sampling(request, max_tokens)
+        ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        head = {"id": ident, "created": created, "model": server.name}
+        if request.stream:
+            prompts = [prompt] * request.n
+            return _stream_response(server, prompts, sampling, _chat_stream(server, request, prompts, sampling, head))
+        completions = await _generate(server, [prompt] * request.n, sampling)
+        choices = []
+        for index, completion in enumerate(completions):
+            message, reason = _message(completion.text)
+            choice = {"index": index, "message": message, "finish_reason": reason or completion.finish_reason,
+                      "logprobs": None}
+            if request.logprobs:
+                choice["logprobs"] = {"content": server.token_logprobs(completion.token_ids, completion.logprobs)}
+            if request.return_token_ids:
+                choice["token_ids"] = completion.token_ids
+            choices.append(choice)
+        body = {**head, "object": "chat.completion", "choices": choices, "usage": _usage(prompt, completions)}
+        if request.return_token_ids:
+            body["prompt_token_ids"] = prompt
+        return body
+
+    @app.post("/v1/completions")
+    async def completions(request: CompletionRequest):
+        server.check_model(request.model)
+        prompts = _prompt_ids(server.tokenizer, request.prompt)
+        sampling = server.sampling(request, request.max_tokens)
+        rows = [p for p in prompts for _ in range(request.n)]
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": server.name}
+        if request.stream:
+            return _stream_response(server, rows, sampling, _completion_stream(server, request, rows, sampling, head))
+        results = await _generate(server, rows, sampling)
+        choices = []
+        for index, (prompt, completion) in enumerate(zip(rows, results, strict=True)):
+            choice = {"index": index, "text": completion.text, "finish_reason": completion.finish_reason,
+                      "logprobs": _completion_logprobs(server, completion.token_ids, completion.logprobs)
+                      if request.logprobs is not None else None}
+            if request.return_token_ids:
+                choice["prompt_token_ids"], choice["token_ids"] = prompt, completion.token_ids
+            choices.append(choice)
+        usage = {"prompt_tokens": sum(len(p) for p in prompts), "completion_tokens": sum(len(c.token_ids) for c in results)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return {**head, "object": "text_completion", "choices": choices, "usage": usage}
+
+    return app
+
+
+def _prompt_ids(tokenizer: Tokenizer, prompt: str | list) -> list[list[int]]:
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if prompt and all(isinstance(t, int) for t in prompt):
+        prompt = [prompt]
+    ids = [tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompt]
+    if not ids:
+        raise APIError("no prompt")
+    return ids
+
+
+async def _generate(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams):
+    _check(server, prompts, sampling)
+    async with server.lock:
+        return await asyncio.to_thread(server.engine.generate, prompts, sampling)
+
+
+def _usage(prompt: list[int], completions) -> dict[str, int]:
+    generated = sum(len(c.token_ids) for c in completions)
+    return {"prompt_tokens": len(prompt), "completion_tokens": generated, "total_tokens": len(prompt) + generated}
+
+
+def _completion_logprobs(server: ModelServer, token_ids: list[int], logprobs: list[float]) -> dict[str, Any]:
+    tokens = [server.tokenizer.decode([t]) for t in token_ids]
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": None, "text_offset": offsets}
+
+
+def _stream_response(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams,
+                     chunks: AsyncIterator[str]) -> StreamingResponse:
+    _check(server, prompts, sampling)  # refuse before the 200 and the first chunk go out
+    return StreamingResponse(chunks, media_type="text/event-stream")
+
+
+def _check(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams) -> None:
+    try:
+        server.engine.sampler.check(prompts, sampling)
+    except ValueError as exc:  # prompt too long for the context, and the like
+        raise APIError(str(exc)) from exc
+
+
+async def _streamed(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams):
+    async with server.lock:
+        async for delta in _in_thread(server.engine.stream(prompts, sampling, chunk_tokens=1)):
+            yield delta
+
+
+async def _chat_stream(server: ModelServer, request: ChatRequest, prompts: list[list[int]],
+                       sampling: SamplingParams, head: dict) -> AsyncIterator[str]:
+    chunk = {**head, "object": "chat.completion.chunk"}
+    texts = [""] * len(prompts)
+    sent = [("", "")] * len(prompts)
+    generated = 0
+    for index in range(len(prompts)):
+        yield _sse({**chunk, "choices": [{"index": index, "delta": {"role": "assistant", "content": ""},
+                                          "finish_reason": None, "logprobs": None}]})
+    async for delta in _streamed(server, prompts, sampling):
+        generated += len(delta.token_ids)
+        row = delta.row
+        texts[row] += delta.text
+        reasoning, content = _visible(texts[row])
+        out: dict[str, Any] = {}
+        if reasoning[len(sent[row][0]):]:
+            out["reasoning_content"] = reasoning[len(sent[row][0]):]
+        if content[len(sent[row][1]):]:
+            out["content"] = content[len(sent[row][1]):]
+        sent[row] = (max(reasoning, sent[row][0], key=len), max(content, sent[row][1], key=len))
+        reason = None
+        if delta.finish_reason is not None:
+            message, reason = _message(texts[row])
+            if message.get("tool_calls"):
+                out["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+            elif message["content"] and not message["content"].startswith(sent[row][1].strip()):
+                out["content"] = message["content"]  # a malformed call: the raw text, as non-streamed
+            reason = reason or delta.finish_reason
+        if not out and reason is None and not request.logprobs:
+            continue
+        choice = {"index": row, "delta": out, "finish_reason": reason, "logprobs": None}
+        if request.logprobs:
+            choice["logprobs"] = {"content": server.token_logprobs(delta.token_ids, delta.logprobs)}
+        if request.return_token_ids:
+            choice["token_ids"] = delta.token_ids
+        yield _sse({**chunk, "choices": [choice]})
+    if request.include_usage:
+        yield _sse({**chunk, "choices": [], "usage": {"prompt_tokens": len(prompts[0]), "completion_tokens": generated,
+                                                       "total_tokens": len(prompts[0]) + generated}})
+    yield _sse("[DONE]")
+
+
+async def _completion_stream(server: ModelServer, request: CompletionRequest, prompts: list[list[int]],
+                             sampling: SamplingParams, head: dict) -> AsyncIterator[str]:
+    chunk = {**head, "object": "text_completion"}
+    generated = 0
+    async for delta in _streamed(server, prompts, sampling):
+        generated += len(delta.token_ids)
+        choice = {"index": delta.row, "text": delta.text, "finish_reason": delta.finish_reason,
+                  "logprobs": _completion_logprobs(server, delta.token_ids, delta.logprobs)
+                  if request.logprobs is not None else None}
+        if request.return_token_ids:
+            choice["token_ids"] = delta.token_ids
+        yield _sse({**chunk, "choices": [choice]})
+    if request.include_usage:
+        prompt_tokens = sum(len(p) for p in prompts)
+        yield _sse({**chunk, "choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": generated,
+                                                       "total_tokens": prompt_tokens + generated}})
+    yield _sse("[DONE]")
