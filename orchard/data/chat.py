@@ -6,7 +6,8 @@ sources: only what the assistant produced (its reasoning, content, tool calls an
 token) is trained on.
 
 Messages use the OpenAI shape: ``{"role", "content"}``, plus ``tool_calls`` and
-``reasoning_content`` on assistant turns. Tools are OpenAI tool schemas.
+``reasoning_content`` on assistant turns. Tools are OpenAI tool schemas. An assistant message with
+``token_ids`` (what the policy sampled) is rendered from those ids, never from its text.
 
 Departures from HF ``apply_chat_template``, which renders one string and tokenises it whole:
 
@@ -51,6 +52,7 @@ class Rendered:
     token_ids: list[int] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     open_tool_turn: bool = False  # Qwen3 groups consecutive tool results into one turn
+    spans: list[tuple[str, int, int]] = field(default_factory=list)  # (role, first id, end) per appended message
 
     def extend(self, ids: list[int], source: Source) -> None:
         self.token_ids.extend(ids)
@@ -143,8 +145,23 @@ class ChatMLFormat:
         if not rendered.token_ids and message["role"] != "system" and self.default_system is not None:
             self.append(rendered, {"role": "system", "content": self.default_system})
         self.close(rendered)
-        self._turn(rendered, message["role"], self._body(message), Source(message["role"]))
+        start = len(rendered.token_ids)
+        if message["role"] == "assistant" and message.get("token_ids") is not None:
+            self._sampled_turn(rendered, message["token_ids"])
+        else:
+            self._turn(rendered, message["role"], self._body(message), Source(message["role"]))
+        rendered.spans.append((message["role"], start, len(rendered.token_ids)))
         return rendered
+
+    def _sampled_turn(self, rendered: Rendered, token_ids: list[int]) -> None:
+        """An assistant turn from the ids the policy sampled after the generation prompt, used as
+        they are (never re-tokenised). A turn cut off before its end token is closed with one that is
+        not trained on, so the model does not learn to stop there."""
+        self.generation_prompt(rendered)
+        rendered.extend(list(token_ids), Source.ASSISTANT)
+        if not token_ids or token_ids[-1] != self.im_end:
+            rendered.extend([self.im_end], Source.TEMPLATE)
+        rendered.extend(self.newline, Source.TEMPLATE)
 
     def generation_prompt(self, rendered: Rendered) -> Rendered:
         """Open an assistant turn for the model to complete (in place)."""
@@ -223,11 +240,13 @@ class Qwen3Format(ChatMLFormat):
     def append(self, rendered: Rendered, message: Message) -> Rendered:
         if message["role"] != "tool":
             return super().append(rendered, message)
+        start = len(rendered.token_ids)
         if not rendered.open_tool_turn:
             self._turn(rendered, "user", [], Source.TOOL, end=False)
             rendered.open_tool_turn = True
         self._extend_pieces(rendered, [("\n<tool_response>\n", Source.TEMPLATE), (_text(message), Source.TOOL),
                                        ("\n</tool_response>", Source.TEMPLATE)])
+        rendered.spans.append(("tool", start, len(rendered.token_ids)))
         return rendered
 
     def close(self, rendered: Rendered) -> Rendered:

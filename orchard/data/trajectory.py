@@ -1,0 +1,275 @@
+"""Trajectories: what an agent did in an environment, kept as trainable data.
+
+A :class:`Trajectory` holds the conversation (roles, tool calls, observations), the token ids and
+logprobs the policy sampled where they are known, the outcome, and optionally the teacher's
+per-step values and the rise segments computed from them (:mod:`orchard.data.rise`).
+
+Steps: step ``t`` is the ``t``-th assistant message (the action ``a_t``). ``values`` holds
+``V(s_0) .. V(s_T)``, one more than there are actions: ``V(s_t)`` is the estimate before action
+``t`` and ``V(s_{t+1})`` the one after it.
+
+Storage is append-only JSONL (:class:`TrajectoryWriter`): each record is written with one
+``write`` of a whole line. A writer killed mid-record leaves at most a torn last line, which
+:func:`read_trajectories` reports and skips; a writer opening such a file first moves the torn
+fragment to ``<file>.torn`` so later records never follow a broken line. A malformed line that is
+not the last is an error naming the file and line.
+
+Readers: Orchard's own records, mini-swe-agent trajectories (``trajectory_format:
+mini-swe-agent-1.1``) and plain OpenAI chat-completions message lists (:func:`load_trajectory`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+log = logging.getLogger(__name__)
+FORMAT = "orchard-trajectory-1"
+Status = Literal["completed", "truncated", "aborted", "timed_out"]
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = None
+    name: str
+    arguments: dict[str, Any] | str  # a JSON string when the model wrote one that does not parse
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None  # on tool messages: the call this observation answers
+    token_ids: list[int] | None = None  # assistant: the ids the policy sampled after the generation prompt
+    logprobs: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Message:
+        if self.logprobs is not None and (self.token_ids is None or len(self.logprobs) != len(self.token_ids)):
+            raise ValueError("logprobs need token_ids of the same length")
+        if self.token_ids is not None and self.role != "assistant":
+            raise ValueError("only assistant messages carry sampled token ids")
+        return self
+
+    def to_chat(self) -> dict[str, Any]:
+        """The OpenAI-shaped message the chat formats render."""
+        chat: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning is not None:
+            chat["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            chat["tool_calls"] = [{"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": c.arguments}} for c in self.tool_calls]
+        if self.token_ids is not None:
+            chat["token_ids"] = self.token_ids
+        return chat
+
+
+class Outcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float = 0.0
+    resolved: bool = False
+    status: Status = "completed"
+
+
+class Trajectory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["orchard-trajectory-1"] = FORMAT
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    task_id: str
+    harness: str = "unknown"
+    policy: str = "unknown"
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None  # OpenAI tool schemas offered to the policy
+    outcome: Outcome = Field(default_factory=Outcome)
+    values: list[float] | None = None  # V(s_0) .. V(s_T)
+    rise_segments: list[tuple[int, int]] | None = None  # inclusive action-index ranges
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def num_actions(self) -> int:
+        return sum(message.role == "assistant" for message in self.messages)
+
+    @model_validator(mode="after")
+    def _steps(self) -> Trajectory:
+        if self.values is not None and len(self.values) != self.num_actions + 1:
+            raise ValueError(f"values need one entry per state: {self.num_actions + 1} for "
+                             f"{self.num_actions} actions, got {len(self.values)}")
+        for start, end in self.rise_segments or ():
+            if not 0 <= start <= end < self.num_actions:
+                raise ValueError(f"rise segment ({start}, {end}) is outside actions 0..{self.num_actions - 1}")
+        return self
+
+
+class TrajectoryFormatError(ValueError):
+    """A record that cannot be read, with the file and line it came from."""
+
+
+class TrajectoryWriter:
+    """Append trajectories to a JSONL file, one whole line per ``write``; safe to kill at any time."""
+
+    def __init__(self, path: str, fsync: bool = False) -> None:
+        self.path, self.fsync = path, fsync
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._set_aside_torn_tail()
+
+    def _set_aside_torn_tail(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size == 0 or os.pread(self._fd, 1, size - 1) == b"\n":
+            return
+        chunk = min(size, 1 << 20)
+        while True:  # find the start of the last (torn) line
+            tail = os.pread(self._fd, chunk, size - chunk)
+            cut = tail.rfind(b"\n")
+            if cut >= 0 or chunk == size:
+                start = size - chunk + cut + 1
+                break
+            chunk = min(size, chunk * 2)
+        with open(self.path + ".torn", "ab") as aside:
+            aside.write(os.pread(self._fd, size - start, start) + b"\n")
+        os.ftruncate(self._fd, start)
+        log.warning("%s ended in a torn record (%d bytes); moved it to %s.torn", self.path, size - start, self.path)
+
+    def write(self, trajectory: Trajectory) -> None:
+        line = trajectory.model_dump_json(exclude_none=True).encode() + b"\n"
+        written = os.write(self._fd, line)
+        if written != len(line):  # a full disk: do not leave half a record
+            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+            raise OSError(f"short write to {self.path} ({written} of {len(line)} bytes)")
+        if self.fsync:
+            os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+@dataclass
+class ReadReport:
+    """What :func:`read_trajectories` skipped."""
+
+    torn_line: int | None = None  # the 1-based number of a torn last line
+    notes: list[str] = field(default_factory=list)
+
+
+def read_trajectories(path: str, report: ReadReport | None = None) -> Iterator[Trajectory]:
+    """Trajectories from a JSONL file of Orchard, mini-swe-agent or OpenAI-message records.
+
+    A torn last line (a writer killed mid-record) is logged, noted in ``report`` and skipped; any
+    other unreadable line raises :class:`TrajectoryFormatError` naming it.
+    """
+    report = report if report is not None else ReadReport()
+    with open(path, "rb") as handle:
+        lines = handle.readlines()
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not raw.endswith(b"\n"):
+                report.torn_line = number
+                report.notes.append(f"{path}:{number}: torn last record ({len(raw)} bytes) skipped")
+                log.warning(report.notes[-1])
+                return
+            raise TrajectoryFormatError(f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})") from exc
+        try:
+            yield load_trajectory(record, default_id=f"{os.path.basename(path)}:{number}")
+        except (ValidationError, ValueError, TypeError, KeyError) as exc:
+            raise TrajectoryFormatError(f"{path}:{number}: {_first_error(exc)}") from exc
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in error['loc']) or 'record'}: {error['msg']}"
+    return str(exc)
+
+
+def load_trajectory(record: Any, default_id: str | None = None, **fields: Any) -> Trajectory:
+    """One trajectory from any supported record; ``fields`` (task_id, outcome, ...) fill in what a
+    foreign format does not carry."""
+    if isinstance(record, list):
+        return from_openai_messages(record, task_id=default_id or "unknown", **fields)
+    if not isinstance(record, dict):
+        raise TypeError(f"a trajectory record is an object or a message list, not {type(record).__name__}")
+    if record.get("format") == FORMAT:
+        return Trajectory.model_validate({**record, **fields})
+    if record.get("trajectory_format", "").startswith("mini-swe-agent"):
+        return from_mini_swe_agent(record, **{"task_id": default_id or "unknown", **fields})
+    if "messages" in record:
+        rest = {k: v for k, v in record.items() if k in ("task_id", "harness", "policy", "tools", "metadata")}
+        return from_openai_messages(record["messages"], **{"task_id": default_id or "unknown", **rest, **fields})
+    raise ValueError("unknown record: expected format 'orchard-trajectory-1', a mini-swe-agent trajectory, "
+                     "or OpenAI chat messages")
+
+
+def _openai_message(message: dict[str, Any]) -> Message:
+    content = message.get("content") or ""
+    if isinstance(content, list):  # content parts
+        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function", call)
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            arguments = _json_object(arguments)
+        calls.append(ToolCall(id=call.get("id"), name=function["name"], arguments=arguments))
+    return Message(role=message["role"], content=content, tool_calls=calls, tool_call_id=message.get("tool_call_id"),
+                   reasoning=message.get("reasoning_content") or message.get("reasoning"))
+
+
+def _json_object(text: str) -> dict[str, Any] | str:
+    """The object a JSON string holds, or the string itself when it holds none (as the model wrote it)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    return value if isinstance(value, dict) else text
+
+
+def from_openai_messages(messages: list[dict[str, Any]], **fields: Any) -> Trajectory:
+    """A trajectory from an OpenAI chat-completions message list (a recording proxy's, a harness's)."""
+    return Trajectory(messages=[_openai_message(m) for m in messages], **{"harness": "openai-messages", **fields})
+
+
+_MINI_STATUS: dict[str, Status] = {"Submitted": "completed", "LimitsExceeded": "truncated"}
+
+
+def from_mini_swe_agent(record: dict[str, Any], **fields: Any) -> Trajectory:
+    """A mini-swe-agent trajectory (``trajectory_format: mini-swe-agent-1.1``).
+
+    Its final ``exit`` message becomes the status (``Submitted`` -> completed, ``LimitsExceeded`` ->
+    truncated, a timeout -> timed_out, anything else -> aborted). mini-swe-agent does not know
+    whether the submission resolved the task: pass ``outcome=`` from the evaluation.
+    """
+    info = record.get("info", {})
+    messages = [m for m in record["messages"] if m.get("role") in ("system", "user", "assistant", "tool")]
+    exits = [m for m in record["messages"] if m.get("role") == "exit"]
+    exit_status = info.get("exit_status") or (exits[-1].get("extra", {}).get("exit_status") if exits else "") or ""
+    status = _MINI_STATUS.get(exit_status) or ("timed_out" if "timeout" in exit_status.lower() else "aborted")
+    model = info.get("config", {}).get("model", {}).get("model_name", "unknown")
+    metadata = {"exit_status": exit_status, "submission": info.get("submission", ""),
+                "mini_version": info.get("mini_version"), "model_stats": info.get("model_stats")}
+    defaults = {"harness": "mini-swe-agent", "policy": model, "outcome": Outcome(status=status), "metadata": metadata}
+    return Trajectory(messages=[_openai_message(m) for m in messages], **{**defaults, **fields})

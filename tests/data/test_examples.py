@@ -1,0 +1,77 @@
+"""Trajectories to training examples: the credit-assignment SFT masks, token by token."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchard.data.chat import Qwen3Format
+from orchard.data.examples import to_example
+from orchard.data.tokenizer import Tokenizer
+from orchard.data.trajectory import Message, Outcome, ToolCall, Trajectory
+from tests.fixtures.chat.qwen3_tokenizer import qwen3_tokenizer_dir
+
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object", "properties": {}}}}]
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.from_pretrained(qwen3_tokenizer_dir())
+
+
+def run(resolved: bool, **fields) -> Trajectory:
+    messages = [Message(role="system", content="Fix bugs."), Message(role="user", content="Fix calc.py")]
+    for step, command in enumerate(["ls", "cat calc.py", "rm -rf /"]):
+        messages.append(Message(role="assistant", content=f"Step {step}.",
+                                tool_calls=[ToolCall(id=f"c{step}", name="bash", arguments={"command": command})]))
+        messages.append(Message(role="tool", content=f"output {step}", tool_call_id=f"c{step}"))
+    return Trajectory(task_id="calc", messages=messages, tools=TOOLS, outcome=Outcome(resolved=resolved), **fields)
+
+
+def trained_texts(tokenizer: Tokenizer, example) -> list[str]:
+    """The decoded runs of consecutive trained tokens."""
+    runs, current = [], []
+    for token, keep in zip(example.token_ids, example.loss_mask, strict=True):
+        if keep:
+            current.append(token)
+        elif current:
+            runs.append(tokenizer.decode(current))
+            current = []
+    return runs + ([tokenizer.decode(current)] if current else [])
+
+
+def action(step: int, command: str) -> str:
+    return (f'Step {step}.\n<tool_call>\n{{"name": "bash", "arguments": {{"command": "{command}"}}}}\n'
+            "</tool_call><|im_end|>")
+
+
+def test_a_resolved_trajectory_trains_on_every_action_and_nothing_else(tokenizer):
+    example = to_example(run(resolved=True), Qwen3Format(tokenizer))
+    assert trained_texts(tokenizer, example) == [action(0, "ls"), action(1, "cat calc.py"), action(2, "rm -rf /")]
+    full = Qwen3Format(tokenizer).render([m.to_chat() for m in run(True).messages], tools=TOOLS)
+    assert example.token_ids == full.token_ids  # the mask changes, the tokens do not
+
+
+def test_an_unresolved_trajectory_trains_only_inside_rise_segments(tokenizer):
+    chat = Qwen3Format(tokenizer)
+    segmented = to_example(run(resolved=False, rise_segments=[(1, 1)]), chat)
+    assert trained_texts(tokenizer, segmented) == [action(1, "cat calc.py")]
+    from_values = to_example(run(resolved=False, values=[0.1, 0.3, 0.5, 0.0]), chat)  # rises on actions 0 and 1
+    assert trained_texts(tokenizer, from_values) == [action(0, "ls"), action(1, "cat calc.py")]
+    assert not any(to_example(run(resolved=False, values=[0.5, 0.4, 0.3, 0.0]), chat).loss_mask)
+    with pytest.raises(ValueError, match="annotate it"):
+        to_example(run(resolved=False), chat)
+
+
+def test_recorded_token_ids_are_used_as_sampled(tokenizer):
+    chat = Qwen3Format(tokenizer)
+    end = tokenizer.token_id("<|im_end|>")
+    odd = [tokenizer.token_id("<think>"), *tokenizer.encode("h"), *tokenizer.encode("ello"), end]  # not BPE's split
+    cut = tokenizer.encode("partial answ")  # a turn cut off by max_tokens: no end token
+    messages = [Message(role="user", content="Hi"), Message(role="assistant", content="ignored", token_ids=odd),
+                Message(role="user", content="More"), Message(role="assistant", content="ignored", token_ids=cut)]
+    example = to_example(Trajectory(task_id="t", messages=messages, outcome=Outcome(resolved=True)), chat)
+    trained = [t for t, keep in zip(example.token_ids, example.loss_mask, strict=True) if keep]
+    assert trained == odd + cut  # exactly the sampled ids, and the added end of the cut turn is not trained
+    prompt = chat.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True).token_ids
+    assert example.token_ids[: len(prompt) + len(odd)] == prompt + odd
+    assert example.token_ids[-2:] == [end, *tokenizer.encode("\n")] and not example.loss_mask[-2]
