@@ -9,6 +9,9 @@ trajectory has them; other turns are rendered with the chat format.
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from orchard.data.chat import ChatMLFormat
@@ -47,3 +50,18 @@ def to_example(trajectory: Trajectory, chat_format: ChatMLFormat) -> Example:
         if action not in keep:
             mask[start:end] = [False] * (end - start)
     return Example(rendered.token_ids, mask)
+
+
+def write_examples(trajectories: Iterable[Trajectory], chat_format: ChatMLFormat, path: str) -> int:
+    """Write the examples of ``trajectories`` as JSONL for :mod:`orchard.data.pipeline`; returns how
+    many were written (an example with no trained token is skipped: it teaches nothing)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    written = 0
+    with open(path + ".tmp", "w") as handle:
+        for trajectory in trajectories:
+            example = to_example(trajectory, chat_format)
+            if any(example.loss_mask):
+                handle.write(json.dumps(example.to_record()) + "\n")
+                written += 1
+    os.replace(path + ".tmp", path)
+    return written

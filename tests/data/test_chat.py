@@ -9,7 +9,7 @@ import pytest
 
 from orchard.data.chat import ChatMLFormat, Qwen3Format, Rendered, Source, parse_assistant, smollm2_format
 from orchard.data.tokenizer import Tokenizer
-from orchard.rollout.bench import smollm2_gguf
+from orchard.models.shipped import smollm2_gguf
 from tests.fixtures.chat.qwen3_tokenizer import qwen3_tokenizer_dir
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "chat")

@@ -38,9 +38,12 @@ def trajectory(actions: list[str], observations: list[str], resolved: bool = Fal
 
 
 def test_bug_location_estimator_scores_milestones():
-    run = trajectory(["ls", "cat calc.py", "sed -i 's/a - b/a + b/' calc.py", "pytest"],
+    run = trajectory(["ls", "cat calc.py", "sed -i '2s/a - b/a + b/' calc.py", "pytest"],
                      ["calc.py test_calc.py", "def add(a, b):\n    return a - b", "", "1 failed"])
-    estimator = BugLocationEstimator(buggy_file="src/calc.py", buggy_line="return a - b")
+    estimator = BugLocationEstimator(buggy_file="src/calc.py", buggy_line="return a - b", line_number=2)
+    elsewhere = run.model_copy(update={"messages": [
+        m.model_copy(update={"content": m.content.replace("'2s/", "'12s/")}) for m in run.messages]})
+    assert estimator.estimate(elsewhere) == pytest.approx([0.1, 0.3, 0.5, 0.5, 0.0])  # an edit of another line
     values = estimator.estimate(run)
     assert values == pytest.approx([0.1, 0.3, 0.5, 0.8, 0.0])  # found the file, saw the line, edited, failed
     annotated = annotate(run, estimator)

@@ -15,9 +15,9 @@ from flax import nnx
 from orchard.data.tokenizer import Tokenizer
 from orchard.env.local import free_port
 from orchard.models.config import ModelConfig
+from orchard.models.shipped import smollm2_gguf
 from orchard.models.transformer import Transformer
 from orchard.models.weights import save_pretrained
-from orchard.rollout.bench import smollm2_gguf
 from tests.conftest import wait_until
 from tests.fixtures.chat.qwen3_tokenizer import qwen3_tokenizer_dir
 

@@ -41,7 +41,7 @@ def test_weights_of_another_architecture_are_refused():
 def test_text_and_stop_strings_with_a_tokenizer():
     from orchard.data.chat import smollm2_format
     from orchard.data.tokenizer import Tokenizer
-    from orchard.rollout.bench import smollm2_gguf
+    from orchard.models.shipped import smollm2_gguf
 
     tokenizer = Tokenizer.from_gguf(smollm2_gguf())
     engine = JaxEngine.from_pretrained(smollm2_gguf(), tokenizer=tokenizer, dtype="float32")

@@ -11,7 +11,7 @@ import pytest
 
 from orchard.models import from_pretrained
 from orchard.models.sharding import make_mesh
-from orchard.rollout.bench import smollm2_gguf
+from orchard.models.shipped import smollm2_gguf
 from orchard.rollout.sampler import Sampler, SamplingParams
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "models")

@@ -13,7 +13,7 @@ import pytest
 
 from orchard.data.chat import smollm2_format
 from orchard.data.tokenizer import Tokenizer
-from orchard.rollout.bench import smollm2_gguf
+from orchard.models.shipped import smollm2_gguf
 
 GOLDEN = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "models", "smollm2", "expected.npz")
 MESSAGES = [{"role": "user", "content": "Name three colors."}]

@@ -1,0 +1,1 @@
+"""Task families: SWE, GUI and Claw (specs, sources, graders, synthetic generators)."""

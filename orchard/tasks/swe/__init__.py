@@ -1,0 +1,1 @@
+"""Software-engineering tasks."""

@@ -1,0 +1,104 @@
+"""The sharded, jitted training step shared by the trainers: masked next-token loss, gradient
+accumulation over micro-batches, clipping and an Optax update, with the state donated.
+
+State is a pair of pure pytrees (parameters, optimizer state) plus the model's graph definition,
+so the step is one ``jax.jit`` and checkpoints are plain arrays. Parameters are placed by their
+logical axes (:mod:`orchard.models.sharding`); the optimizer state follows them, and each batch is
+split along its batch dimension over the ``fsdp`` axis (data parallel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from orchard.models.sharding import named_sharding
+from orchard.models.transformer import Transformer
+
+
+class TrainState(NamedTuple):
+    step: jax.Array
+    params: Any
+    opt_state: Any
+
+
+def make_optimizer(peak_lr: float, final_lr: float, warmup_steps: int, total_steps: int, weight_decay: float,
+                   clip_norm: float, b1: float = 0.9, b2: float = 0.95) -> tuple[optax.GradientTransformation,
+                                                                                 optax.Schedule]:
+    """AdamW with linear warmup then cosine decay from ``peak_lr`` to ``final_lr``, after global-norm
+    clipping."""
+    schedule = optax.warmup_cosine_decay_schedule(0.0, peak_lr, max(warmup_steps, 1), max(total_steps, warmup_steps + 1),
+                                                  end_value=final_lr)
+    optimizer = optax.chain(optax.clip_by_global_norm(clip_norm),
+                            optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay))
+    return optimizer, schedule
+
+
+def param_shardings(model: Transformer, mesh: Mesh) -> Any:
+    """The ``NamedSharding`` of every parameter, from its logical axes."""
+    state = nnx.state(model, nnx.Param)
+    return jax.tree.map(lambda v: named_sharding(v.logical_axes, tuple(v.get_value().shape), mesh), state,
+                        is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def init_state(model: Transformer, optimizer: optax.GradientTransformation, mesh: Mesh) -> tuple[Any, TrainState]:
+    """Split ``model`` into its graph definition and a sharded :class:`TrainState`."""
+    graphdef, params = nnx.split(model, nnx.Param)
+    params = jax.device_put(params, param_shardings(model, mesh))
+    opt_state = jax.jit(optimizer.init)(params)  # zeros_like(params): the same shardings
+    return graphdef, TrainState(jnp.zeros((), jnp.int32), params, opt_state)
+
+
+def token_losses(graphdef: Any, params: Any, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+    """The summed masked next-token loss of a (packed) batch, and the number of trained tokens."""
+    model = nnx.merge(graphdef, params)
+    logits = model(batch["tokens"], batch["positions"], batch["segment_ids"])
+    logprobs = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(logprobs, batch["targets"][..., None], axis=-1)[..., 0]
+    mask = batch["loss_mask"].astype(jnp.float32)
+    return jnp.sum(nll * mask), jnp.sum(mask)
+
+
+def batch_sharding(mesh: Mesh, accumulated: bool = True) -> NamedSharding:
+    """Batches split over ``fsdp``: ``[accumulation, batch, sequence]`` arrays, or ``[batch, sequence]``."""
+    return NamedSharding(mesh, PartitionSpec(None, "fsdp", None) if accumulated else PartitionSpec("fsdp", None))
+
+
+def make_train_step(graphdef: Any, optimizer: optax.GradientTransformation,
+                    schedule: optax.Schedule) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+    """``step(state, batch) -> (state, metrics)``; ``batch`` arrays are ``[accumulation, batch, seq]``.
+
+    The loss is the mean over every trained token of the whole global batch (all micro-batches), so
+    accumulating gradients over micro-batches gives the same update as one big batch.
+    """
+
+    def step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict]:
+        grad_fn = jax.value_and_grad(lambda p, b: token_losses(graphdef, p, b), has_aux=True)
+
+        def micro(carry, micro_batch):
+            grads, loss, count = carry
+            (micro_loss, micro_count), micro_grads = grad_fn(state.params, micro_batch)
+            return (jax.tree.map(jnp.add, grads, micro_grads), loss + micro_loss, count + micro_count), None
+
+        zeros = jax.tree.map(jnp.zeros_like, state.params)
+        (grads, loss, count), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0), batch)
+        count = jnp.maximum(count, 1.0)
+        grads = jax.tree.map(lambda g: g / count, grads)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {"loss": loss / count, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
+                   "tokens": count}
+        return TrainState(state.step + 1, params, opt_state), metrics
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def make_eval_step(graphdef: Any) -> Callable[[Any, dict], tuple[jax.Array, jax.Array]]:
+    """``eval(params, batch) -> (summed loss, trained tokens)`` for ``[batch, seq]`` arrays."""
+    return jax.jit(lambda params, batch: token_losses(graphdef, params, batch))
