@@ -1,0 +1,51 @@
+"""Synthetic bug-fix tasks over real source, their scripted trajectories and the SFT data split."""
+
+from __future__ import annotations
+
+import json
+
+from orchard.data.rise import BugLocationEstimator, annotate
+from orchard.tasks.swe.sft_data import synthetic_trajectories
+from orchard.tasks.swe.synthetic import FLIPS, make_tasks, teacher_trajectory
+
+
+def test_tasks_flip_one_operator_in_a_real_file():
+    tasks = make_tasks(5, seed=3)
+    assert len(tasks) == 5 and len({t.path for t in tasks}) == 5
+    for task in tasks:
+        lines = task.source.splitlines()
+        assert lines[task.line_number - 1] == task.buggy != task.original
+        assert any(task.original.replace(op, flipped, 1) == task.buggy for op, flipped in FLIPS.items())
+    assert [t.task_id for t in make_tasks(5, seed=3)] == [t.task_id for t in tasks]  # seeded
+
+
+def test_unresolved_runs_rise_only_while_localising():
+    task = make_tasks(1, seed=0)[0]
+    estimator = BugLocationEstimator(task.path, task.buggy, task.line_number)
+    fixed = annotate(teacher_trajectory(task, resolved=True), estimator)
+    failed = annotate(teacher_trajectory(task, resolved=False), estimator)
+    assert fixed.outcome.resolved and fixed.values[-1] == 1.0
+    assert not failed.outcome.resolved and failed.values[-1] == 0.0
+    edit = 3  # the fourth action edits: the right line when resolved, a wrong one otherwise
+    assert any(first <= edit <= last for first, last in fixed.rise_segments)
+    assert not any(first <= edit <= last for first, last in failed.rise_segments)
+    assert failed.rise_segments and failed.rise_segments[0][0] == 0
+    fix = fixed.messages[2 + 2 * edit].tool_calls[0].arguments["command"]
+    assert task.original.strip() in fix and f"{task.line_number}s" in fix
+
+
+def test_sft_data_splits_by_task(tmp_path):
+    from configs.swe_sft import get_config
+    from orchard.tasks.swe.sft_data import build_sft_data
+
+    config = get_config("tiny")
+    config.data.synthetic_tasks, config.data.eval_fraction = 8, 0.25
+    train, evaluation = build_sft_data(config, str(tmp_path))
+    with open(train) as handle:
+        train_examples = [json.loads(line) for line in handle]
+    with open(evaluation) as handle:
+        eval_examples = [json.loads(line) for line in handle]
+    assert len(train_examples) == 12 and len(eval_examples) == 4  # 6 + 2 tasks, a resolved and a failed run each
+    assert all(len(e["token_ids"]) == len(e["loss_mask"]) and 0 < sum(e["loss_mask"]) < len(e["loss_mask"])
+               for e in train_examples + eval_examples)
+    assert len(synthetic_trajectories(3, seed=0, epsilon=0.05)) == 6
