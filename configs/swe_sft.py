@@ -6,8 +6,9 @@ a tiny model from scratch, CPU, a few minutes):
 
   python experiments/swe_credit_sft/run.py --config=configs/swe_sft.py:tiny --workdir=runs/swe_sft_tiny
 
-Expected: the train loss falls from about 10.8 (ln of the 49152-token vocabulary) to under 3 within
-the 150 steps, and eval loss follows it; metrics in runs/swe_sft_tiny/metrics.jsonl and TensorBoard.
+Expected (measured on a 2-core CPU, about 4.5 minutes): the train loss falls from about 10.8 (ln of
+the 49152-token vocabulary) to about 0.75 over the 100 steps, and the eval loss (held-out tasks) to
+about 1.0; metrics in runs/swe_sft_tiny/metrics.jsonl and TensorBoard.
 
 Variants:
   tiny           the default above.

@@ -135,3 +135,16 @@ def test_the_loss_falls_on_the_synthetic_swe_data(tmp_path):
     first, last = np.mean([metrics[s]["loss"] for s in (1, 2, 3)]), np.mean([metrics[s]["loss"] for s in (22, 23, 24)])
     assert first > 10.0 and last < first - 2.0  # from ln(49152) = 10.8 towards the data
     assert metrics[24]["eval_loss"] < first - 2.0  # held-out tasks too
+
+
+def test_bf16_compute_keeps_fp32_parameters():
+    optimizer, schedule = make_optimizer(1e-2, 1e-3, 2, 10, 0.01, 1.0)
+    mesh, data = make_mesh(1, 1), batch(rows=4, seq=32)
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        model = Transformer(ModelConfig(**SMALL, dtype=dtype, param_dtype="float32"), rngs=nnx.Rngs(0))
+        graphdef, state = init_state(model, optimizer, mesh)
+        state, metrics = make_train_step(graphdef, optimizer, schedule)(state, jax.device_put(data, batch_sharding(mesh)))
+        assert {leaf.dtype for leaf in jax.tree.leaves(state.params)} == {np.dtype("float32")}
+        losses[dtype] = float(metrics["loss"])
+    assert np.isfinite(losses["bfloat16"]) and losses["bfloat16"] == pytest.approx(losses["float32"], rel=2e-2)
