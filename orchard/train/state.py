@@ -70,16 +70,21 @@ def batch_sharding(mesh: Mesh, accumulated: bool = True) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(None, "fsdp", None) if accumulated else PartitionSpec("fsdp", None))
 
 
-def make_train_step(graphdef: Any, optimizer: optax.GradientTransformation,
-                    schedule: optax.Schedule) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
+LossFn = Callable[[Any, Any, dict[str, jax.Array]], tuple[jax.Array, jax.Array]]
+
+
+def make_train_step(graphdef: Any, optimizer: optax.GradientTransformation, schedule: optax.Schedule,
+                    loss_fn: LossFn = token_losses) -> Callable[[TrainState, dict], tuple[TrainState, dict]]:
     """``step(state, batch) -> (state, metrics)``; ``batch`` arrays are ``[accumulation, batch, seq]``.
 
-    The loss is the mean over every trained token of the whole global batch (all micro-batches), so
-    accumulating gradients over micro-batches gives the same update as one big batch.
+    ``loss_fn(graphdef, params, micro_batch)`` returns a summed loss and the number of tokens it
+    covers (masked next-token loss for SFT, the clipped policy loss for GRPO). The loss is the mean
+    over every such token of the whole global batch (all micro-batches), so accumulating gradients
+    over micro-batches gives the same update as one big batch.
     """
 
     def step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict]:
-        grad_fn = jax.value_and_grad(lambda p, b: token_losses(graphdef, p, b), has_aux=True)
+        grad_fn = jax.value_and_grad(lambda p, b: loss_fn(graphdef, p, b), has_aux=True)
 
         def micro(carry, micro_batch):
             grads, loss, count = carry

@@ -1,0 +1,132 @@
+"""BAR's group assembly exactly as defined, the baselines, and the GRPO advantages and loss."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from orchard.models import ModelConfig, Transformer
+from orchard.train.bar import BAR, DynamicFilter, FixedGroup, assemble_group, top_ranked
+from orchard.train.grpo import group_advantages, make_policy_loss
+
+
+@dataclass
+class R:
+    reward: float | None
+    status: str = "completed"
+    length: int = 10
+    name: str = ""
+
+
+def pool(positives: int, negatives: int) -> list[R]:
+    return [R(1.0, name=f"p{i}") for i in range(positives)] + [R(-1.0, name=f"n{i}") for i in range(negatives)]
+
+
+def test_the_positive_count_is_the_feasible_one_closest_to_the_centre():
+    group = assemble_group(pool(10, 10), 8, 0.375, 0.625)
+    assert sum(r.reward > 0 for r in group) == 4 and len(group) == 8
+    group = assemble_group(pool(3, 10), 8, 0.375, 0.625)  # 4 impossible: 3 is the closest feasible
+    assert sum(r.reward > 0 for r in group) == 3
+    assert assemble_group(pool(2, 10), 8, 0.375, 0.625) is None  # 2/8 is below the window
+    assert assemble_group(pool(8, 0), 8, 0.375, 0.625) is None
+    assert sum(r.reward > 0 for r in assemble_group(pool(8, 0), 8, 0.0, 1.0)) == 8
+    assert assemble_group(pool(3, 3), 8, 0.0, 1.0) is None  # too few rollouts
+
+
+def test_within_each_side_completed_come_first_then_shorter():
+    rollouts = [R(1.0, "truncated", 1, "pt"), R(1.0, "completed", 50, "pc50"), R(1.0, "completed", 5, "pc5"),
+                R(-1.0, "completed", 9, "nc9"), R(-1.0, "truncated", 2, "nt"), R(-1.0, "completed", 3, "nc3"),
+                R(-1.0, "aborted", 1, "na"), R(1.0, "timed_out", 1, "pto"), R(None, "completed", 1, "none")]
+    group = assemble_group(rollouts, 4, 0.5, 0.5)
+    assert [r.name for r in group] == ["pc5", "pc50", "nc3", "nc9"]
+    assert [r.name for r in top_ranked(rollouts, 3)] == ["pc5", "pc50", "pt"]
+
+
+def scripted(rewards: list[float]):
+    """generate(k) hands out the next k rollouts of a fixed reward sequence, and counts calls."""
+    state = {"next": 0, "calls": []}
+
+    async def generate(k: int) -> list[R]:
+        state["calls"].append(k)
+        out = [R(r, length=state["next"] + i) for i, r in enumerate(rewards[state["next"]: state["next"] + k])]
+        state["next"] += k
+        return out
+
+    return generate, state
+
+
+def run(sampler, rewards):
+    generate, state = scripted(rewards)
+    return asyncio.run(sampler.sample(generate)), state
+
+
+def test_bar_stops_at_the_first_stride_that_fits():
+    result, state = run(BAR(group_size=4, max_budget=12, stride=4, rho_min=0.25, rho_max=0.75),
+                        [-1, -1, -1, -1, 1, -1, -1, -1, 1, 1])
+    assert state["calls"] == [4, 4] and result.spent == 8 and result.fallback == "none"
+    assert sorted(r.reward for r in result.group) == [-1, -1, -1, 1] and result.informative
+
+
+def test_bar_falls_back_to_the_relaxed_window_then_to_top_ranked():
+    result, state = run(BAR(group_size=4, max_budget=8, stride=4), [-1.0] * 8)
+    assert state["calls"] == [4, 4] and result.fallback == "relaxed" and not result.informative
+    result, _ = run(BAR(group_size=4, max_budget=4, stride=2), [1.0, None, None, -1.0])
+    assert result.fallback == "top_ranked" and [r.reward for r in result.group] == [1.0, -1.0]
+    with pytest.raises(ValueError, match="invalid BAR"):
+        BAR(group_size=8, max_budget=4)
+
+
+def test_baselines():
+    fixed, _ = run(FixedGroup(4), [1, 1, 1, 1, -1])
+    assert fixed.spent == 4 and len(fixed.group) == 4 and not fixed.informative
+    dropped, _ = run(DynamicFilter(4), [1, 1, 1, 1])
+    assert dropped.group == [] and dropped.spent == 4
+    kept, _ = run(DynamicFilter(4), [1, -1, 1, 1])
+    assert len(kept.group) == 4 and kept.informative
+
+
+def test_group_advantages():
+    assert group_advantages([1.0, -1.0, 1.0, -1.0]) == [1.0, -1.0, 1.0, -1.0]
+    assert group_advantages([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0]  # no variance, no signal
+    advantages = group_advantages([1.0, None, -1.0, -1.0])
+    assert advantages[1] is None  # dropped, and left out of the group's statistics
+    assert advantages[0] == pytest.approx(np.sqrt(2)) and advantages[2] == advantages[3] == pytest.approx(-np.sqrt(0.5))
+
+
+def test_the_clipped_loss_pushes_sampled_tokens_by_their_advantage():
+    cfg = ModelConfig(model_type="llama", vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
+                      num_heads=2, num_kv_heads=1, head_dim=8, dtype="float32")
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)), nnx.Param)
+    rng = np.random.default_rng(0)
+    tokens = jnp.asarray(rng.integers(0, 32, (2, 8)), jnp.int32)
+    batch = {"tokens": tokens, "targets": jnp.roll(tokens, -1, axis=1), "positions": jnp.tile(jnp.arange(8), (2, 1)),
+             "segment_ids": jnp.ones((2, 8), jnp.int32), "loss_mask": jnp.ones((2, 8)).at[:, -1].set(0)}
+    model = nnx.merge(graphdef, params)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(model(tokens), -1), batch["targets"][..., None], -1)[..., 0]
+    loss_fn = make_policy_loss()
+
+    def target_logp(p):
+        m = nnx.merge(graphdef, p)
+        return jnp.take_along_axis(jax.nn.log_softmax(m(tokens), -1), batch["targets"][..., None], -1)[..., 0]
+
+    for sign in (1.0, -1.0):
+        signed = {**batch, "old_logprobs": logp, "advantages": jnp.full((2, 8), sign)}
+        loss, count = loss_fn(graphdef, params, signed)
+        assert float(count) == 14 and float(loss) == pytest.approx(-sign * 14, rel=1e-5)  # ratio 1 at the start
+        grads = jax.grad(lambda p, b: loss_fn(graphdef, p, b)[0])(params, signed)
+        stepped = jax.tree.map(lambda p, g: p - 0.05 * g, params, grads)
+        change = float(jnp.sum((target_logp(stepped) - logp) * batch["loss_mask"]))
+        assert change * sign > 0  # positive advantage raises the sampled tokens' logprobs, negative lowers them
+
+    # Outside the clip range on the side the advantage pushes, the gradient vanishes.
+    clipped = {**batch, "old_logprobs": logp - 1.0, "advantages": jnp.ones((2, 8))}  # ratio e > 1.28
+    grads = jax.grad(lambda p, b: loss_fn(graphdef, p, b)[0])(params, clipped)
+    assert all(float(jnp.max(jnp.abs(g))) == 0.0 for g in jax.tree.leaves(grads))
+    dropped = {**batch, "old_logprobs": logp, "advantages": jnp.ones((2, 8)), "loss_mask": jnp.zeros((2, 8))}
+    assert float(loss_fn(graphdef, params, dropped)[1]) == 0.0
