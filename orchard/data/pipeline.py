@@ -127,11 +127,14 @@ def write_array_record(path: PathLike, examples: Iterable[Mapping[str, Sequence]
     return count
 
 
-def _to_steps(example: Mapping[str, Sequence], seq_len: int) -> dict[str, np.ndarray]:
-    """Truncate to ``seq_len + 1`` tokens and shift: inputs, next-token targets and their mask."""
+def _to_steps(example: Mapping[str, Sequence], seq_len: int, features: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Truncate to ``seq_len + 1`` tokens and shift: inputs, next-token targets and their mask, and
+    each extra per-token feature aligned with the targets (float32)."""
     ids = np.asarray(example["token_ids"], np.int32)[: seq_len + 1]
-    mask = np.asarray(example["loss_mask"], np.float32)[: seq_len + 1]
-    return {"tokens": ids[:-1], "targets": ids[1:], "loss_mask": mask[1:]}
+    steps = {"tokens": ids[:-1], "targets": ids[1:]}
+    for name in ("loss_mask", *features):
+        steps[name] = np.asarray(example[name], np.float32)[1: seq_len + 1]
+    return steps
 
 
 def _has_steps(steps: dict[str, np.ndarray]) -> bool:
@@ -139,29 +142,33 @@ def _has_steps(steps: dict[str, np.ndarray]) -> bool:
 
 
 def _rename(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {"tokens": row["tokens"], "targets": row["targets"], "loss_mask": row["loss_mask"],
-            "segment_ids": row["tokens_segment_ids"], "positions": row["tokens_positions"]}
+    renamed = {k: v for k, v in row.items() if k not in ("tokens_segment_ids", "tokens_positions")}
+    return {**renamed, "segment_ids": row["tokens_segment_ids"], "positions": row["tokens_positions"]}
 
 
-def _pack(steps: grain.IterDataset, seq_len: int, num_packing_bins: int) -> grain.IterDataset:
-    """First-fit packing; ``targets`` and ``loss_mask`` ride along with ``tokens`` as meta features."""
+def _pack(steps: grain.IterDataset, seq_len: int, num_packing_bins: int, features: Sequence[str] = ()
+          ) -> grain.IterDataset:
+    """First-fit packing; ``targets``, ``loss_mask`` and extra features ride along with ``tokens``."""
+    meta = ("targets", "loss_mask", *features)
     packed = grain.experimental.FirstFitPackIterDataset(
-        steps, length_struct={"tokens": seq_len, "targets": seq_len, "loss_mask": seq_len},
-        num_packing_bins=num_packing_bins, shuffle_bins=False, meta_features=("targets", "loss_mask"))
+        steps, length_struct={"tokens": seq_len, **dict.fromkeys(meta, seq_len)},
+        num_packing_bins=num_packing_bins, shuffle_bins=False, meta_features=meta)
     return packed.map(_rename)
 
 
-def pack(examples: Iterable[Mapping[str, Sequence]], seq_len: int, *,
-         num_packing_bins: int = 8) -> list[dict[str, np.ndarray]]:
+def pack(examples: Iterable[Mapping[str, Sequence]], seq_len: int, *, num_packing_bins: int = 8,
+         features: Sequence[str] = ()) -> list[dict[str, np.ndarray]]:
     """Pack examples (in order) into rows of ``seq_len`` steps, the same way :func:`make_dataset` does.
 
     First-fit over ``num_packing_bins`` open rows: each example goes into the first open row with
     room; when none has room, the open rows are emitted and new ones started. One bin is plain
-    sequential packing.
+    sequential packing. ``features`` names extra per-token fields of the examples (GRPO's old
+    logprobs and advantages), shifted to line up with the targets as the loss mask is.
     """
-    steps = grain.MapDataset.source(list(examples)).map(functools.partial(_to_steps, seq_len=seq_len))
+    steps = grain.MapDataset.source(list(examples)).map(
+        functools.partial(_to_steps, seq_len=seq_len, features=tuple(features)))
     steps = steps.filter(_has_steps).to_iter_dataset(grain.ReadOptions(num_threads=0))
-    return list(_pack(steps, seq_len, num_packing_bins))
+    return list(_pack(steps, seq_len, num_packing_bins, tuple(features)))
 
 
 def make_dataset(path_or_paths: PathLike | Sequence[PathLike], *, seq_len: int, batch_size: int, seed: int,
