@@ -1,0 +1,193 @@
+"""An oracle teacher: a policy that knows the gold patch and reaches it through a real harness.
+
+The embedded default has no LLM teacher, so trajectories for credit-assignment SFT come from this
+policy, run by the real bash or CodeAct harness in a real sandbox: every observation is what the
+sandbox answered. It works the way a competent engineer does: run the failing tests, search for the
+code they exercise, read it, edit it, re-run the tests, submit. It is not a model and learns
+nothing; it exists so the rest of the pipeline (collection, values, SFT, RL) runs on real
+environment interaction without an API key. Variants make the data realistic:
+
+- ``clean``: the straight path above;
+- ``wander``: the same, with one to three detours (listing, reading an unrelated file, a search
+  that finds nothing useful) before it reads the right code;
+- ``fail``: it localises the bug correctly, then edits a wrong line next to it, sees the tests
+  still fail, and submits anyway. These are the unresolved trajectories whose rise segments cover
+  only the localisation.
+
+The edits are in each harness's own idiom: a patch applied with ``git apply`` from a heredoc in the
+bash harness, ``str_replace_editor`` calls (one per hunk) in the CodeAct harness.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Literal
+
+from orchard.data.rise import BugLocationEstimator
+from orchard.data.trajectory import Message, ToolCall
+from orchard.harness.bash import SUBMIT_COMMAND
+from orchard.harness.core import Conversation, Turn
+from orchard.tasks.swe.instance import SWEInstance
+from orchard.tasks.swe.workspace import REPO_DIR
+
+Style = Literal["bash", "codeact"]
+Variant = Literal["clean", "wander", "fail"]
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    path: str
+    old_start: int  # 1-based, in the buggy file
+    old: list[str]  # context and removed lines: the text as the agent sees it
+    new: list[str]  # context and added lines
+    section: str  # the function or class git names in the hunk header, if any
+
+
+def parse_patch(diff: str) -> list[Hunk]:
+    """The hunks of a unified diff (the gold patch), with their file paths."""
+    hunks: list[Hunk] = []
+    path, current = None, None
+    for line in diff.splitlines():
+        if line.startswith("+++ "):
+            path = line[4:].removeprefix("b/")
+        elif (match := _HUNK.match(line)) and path is not None:
+            current = Hunk(path, int(match.group(1)), [], [], match.group(5).strip())
+            hunks.append(current)
+        elif current is not None and line[:1] in (" ", "-", "+"):
+            if line[0] != "+":
+                current.old.append(line[1:])
+            if line[0] != "-":
+                current.new.append(line[1:])
+        elif line.startswith("diff --git"):
+            current = None
+    if not hunks:
+        raise ValueError("the gold patch has no hunks")
+    return hunks
+
+
+def buggy_line(hunk: Hunk) -> tuple[int, str]:
+    """The first removed line of a hunk: its number in the buggy file and its text."""
+    number = hunk.old_start
+    for old in hunk.old:
+        if old not in hunk.new or hunk.old.count(old) != hunk.new.count(old):
+            return number, old
+        number += 1
+    return hunk.old_start, hunk.old[0] if hunk.old else ""
+
+
+def estimator_for(instance: SWEInstance) -> BugLocationEstimator:
+    """Rule-based values for an instance whose gold patch shows where the bug is."""
+    hunk = parse_patch(instance.patch)[0]
+    number, text = buggy_line(hunk)
+    return BugLocationEstimator(hunk.path, text, number)
+
+
+def _symbol(instance: SWEInstance, hunk: Hunk) -> str:
+    """What a developer would search for: the function a failing test is named after
+    (``test_intersection`` -> ``def intersection``), else the function in the hunk header, else the
+    file name."""
+    for test in instance.FAIL_TO_PASS:
+        name = re.sub(r"\[.*\]$", "", test.rsplit("::", 1)[-1]).removeprefix("test_")
+        if name:
+            return f"def {name.split('_')[0] if len(name) > 30 else name}"
+    if match := re.search(r"(?:def|class)\s+(\w+)", hunk.section):
+        return f"def {match.group(1)}"
+    return hunk.path.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Step:
+    thought: str
+    tool: str  # "bash", "edit" (str_replace_editor) or "finish"
+    arguments: dict
+
+
+class OracleTeacher:
+    """A :class:`~orchard.harness.core.Policy` that plays the plan for one instance."""
+
+    def __init__(self, instance: SWEInstance, style: Style, variant: Variant = "clean", seed: int = 0) -> None:
+        self.instance, self.style, self.variant = instance, style, variant
+        self.name = f"oracle-{variant}"
+        self.plan = self._plan(random.Random(f"{instance.instance_id}:{style}:{variant}:{seed}"))
+
+    def _plan(self, rng: random.Random) -> list[Step]:
+        hunks = parse_patch(self.instance.patch)
+        tests = " ".join(shlex.quote(t) for t in self.instance.FAIL_TO_PASS[:3])
+        first = hunks[0]
+        start = max(1, first.old_start - 8)
+        end = first.old_start + len(first.old) + 8
+        steps = [Step("Let me reproduce the failure first.", "bash", {"command": f"python -m pytest -q {tests}"}),
+                 Step(f"Let me find the code the failing tests exercise (`{_symbol(self.instance, first)}`).", "bash",
+                      {"command": f"grep -rn {shlex.quote(_symbol(self.instance, first))} --include=*.py . | head -20"})]
+        if self.variant == "wander":
+            detours = [Step("Let me get an overview of the repository.", "bash", {"command": "ls -R | head -50"}),
+                       Step("Maybe the README explains the expected behaviour.", "bash",
+                            {"command": "cat README* 2>/dev/null | head -40 || true"}),
+                       Step("Let me check the recent history.", "bash", {"command": "git log --oneline | head"})]
+            steps[1:1] = rng.sample(detours, rng.randint(1, len(detours)))
+        steps.append(self._view(first.path, start, end))
+        if self.variant == "fail":
+            steps.append(self._wrong_edit(first))
+        else:
+            steps += [self._edit(hunk) for hunk in hunks]
+        steps.append(Step("Let me run the tests again.", "bash", {"command": f"python -m pytest -q {tests}"}))
+        steps.append(Step("The change is done; submitting." if self.variant != "fail"
+                          else "I could not make the tests pass; submitting what I have.", "finish", {}))
+        return steps
+
+    def _view(self, path: str, start: int, end: int) -> Step:
+        thought = f"Let me read the code around line {start + 8} of {path}."
+        if self.style == "bash":
+            return Step(thought, "bash", {"command": f"nl -ba {shlex.quote(path)} | sed -n '{start},{end}p'"})
+        return Step(thought, "edit", {"command": "view", "path": f"{REPO_DIR}/{path}", "view_range": [start, end]})
+
+    def _edit(self, hunk: Hunk) -> Step:
+        number, text = buggy_line(hunk)
+        thought = f"Line {number} of {hunk.path} is wrong: `{text.strip()}`. Fixing it."
+        if self.style == "codeact":
+            return Step(thought, "edit", {"command": "str_replace", "path": f"{REPO_DIR}/{hunk.path}",
+                                          "old_str": "\n".join(hunk.old), "new_str": "\n".join(hunk.new)})
+        patch = self._hunk_patch(hunk)
+        return Step(thought, "bash", {"command": f"cat > /tmp/fix.patch <<'PATCH'\n{patch}PATCH\ngit apply /tmp/fix.patch"})
+
+    def _hunk_patch(self, hunk: Hunk) -> str:
+        """One hunk of the gold patch as a patch of its own (its line counts recomputed)."""
+        body = []
+        for line in self.instance.patch.splitlines():
+            match = _HUNK.match(line)
+            if match and int(match.group(1)) == hunk.old_start:
+                body = [line]
+            elif body and (match or line.startswith("diff --git")):
+                break
+            elif body:
+                body.append(line)
+        return f"--- a/{hunk.path}\n+++ b/{hunk.path}\n" + "\n".join(body) + "\n"
+
+    def _wrong_edit(self, hunk: Hunk) -> Step:
+        """Edit a line next to the bug (a plausible but wrong fix): a comment saying it was checked."""
+        number, _ = buggy_line(hunk)
+        index = next((i for i, line in enumerate(hunk.old) if line.strip() and hunk.old_start + i != number),
+                     0)
+        line = hunk.old[index]
+        thought = f"I think the problem is on line {hunk.old_start + index} of {hunk.path}. Changing it."
+        replacement = f"{line}  # checked"
+        if self.style == "codeact":
+            return Step(thought, "edit", {"command": "str_replace", "path": f"{REPO_DIR}/{hunk.path}", "old_str": line,
+                                          "new_str": replacement})
+        sed = f"{hunk.old_start + index}s/$/  # checked/"
+        return Step(thought, "bash", {"command": f"sed -i {shlex.quote(sed)} {shlex.quote(hunk.path)}"})
+
+    async def act(self, conversation: Conversation, *, max_context: int | None = None) -> Turn:
+        index = sum(m.role == "assistant" for m in conversation.messages)
+        step = self.plan[min(index, len(self.plan) - 1)]
+        if self.style == "bash":
+            command = SUBMIT_COMMAND if step.tool == "finish" else step.arguments["command"]
+            return Turn(Message(role="assistant", content=f"THOUGHT: {step.thought}\n\n```bash\n{command}\n```"))
+        name = {"bash": "execute_bash", "edit": "str_replace_editor", "finish": "finish"}[step.tool]
+        arguments = {"message": step.thought} if step.tool == "finish" else step.arguments
+        call = ToolCall(id=f"call_{index}", name=name, arguments=arguments)
+        return Turn(Message(role="assistant", content=step.thought, tool_calls=[call]))

@@ -1,0 +1,76 @@
+"""Teacher collection with the oracle teacher through both real harnesses, in real sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchard.data.trajectory import Outcome, Trajectory
+from orchard.env import AsyncSandboxClient
+from orchard.harness.bash import BashHarness
+from orchard.harness.codeact import CodeActHarness
+from orchard.tasks.swe.collect import collect, drop_reason
+from orchard.tasks.swe.generate import generate_task_set
+from orchard.tasks.swe.oracle import OracleTeacher, parse_patch
+from orchard.tasks.swe.sources import resolve_source
+
+VARIANTS = ("clean", "wander", "fail")
+
+
+@pytest.fixture(scope="module")
+def instances(tmp_path_factory):
+    out = tmp_path_factory.mktemp("swe_tasks")
+    tasks, _ = generate_task_set([resolve_source("minicalc"), resolve_source("textkit")], 2, str(out), seed=1,
+                                 tests_visible=True)
+    assert len(tasks) == 2
+    return tasks
+
+
+def test_parse_patch_reads_the_gold_hunks(instances):
+    for instance in instances:
+        [hunk, *_] = parse_patch(instance.patch)
+        assert hunk.old != hunk.new and hunk.path.endswith(".py")
+    with pytest.raises(ValueError, match="no hunks"):
+        parse_patch("not a diff")
+
+
+def test_the_oracle_resolves_through_both_harnesses_and_its_failing_variant_does_not(orchestrator, instances):
+    async def run():
+        client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
+        try:
+            report = await collect(client, instances, [BashHarness(), CodeActHarness()],
+                                   lambda inst, harness, k: OracleTeacher(inst, harness, VARIANTS[k], seed=k),
+                                   samples=3, concurrency=3, progress=False)
+            left = await client.list()
+        finally:
+            await client.aclose()
+        return report, left
+
+    report, left = asyncio.run(run())
+    assert not report.errors and not report.dropped and len(report.kept) == 12
+    assert left == []  # every sandbox deleted
+    for trajectory in report.kept:
+        variant = trajectory.policy.removeprefix("oracle-")
+        assert trajectory.outcome.status == "completed" and trajectory.metadata["end_reason"] == "submitted"
+        assert trajectory.outcome.resolved == (variant != "fail"), (trajectory.task_id, trajectory.harness, variant)
+        observations = [m for m in trajectory.messages if m.role in ("tool", "user")][1:]
+        assert any("passed" in m.content or "failed" in m.content for m in observations)  # real test runs
+        if trajectory.harness == "codeact":
+            assert all(m.tool_calls for m in trajectory.messages if m.role == "assistant")
+        if variant == "fail":  # credit goes to localising the bug, not to the wrong edit that follows
+            edit = trajectory.num_actions - 3
+            assert trajectory.rise_segments and all(last < edit for _, last in trajectory.rise_segments)
+    summary = report.summary()
+    assert summary["resolved"] == 8 and summary["unresolved"] == 4 and summary["by_harness"] == {"bash": 6, "codeact": 6}
+
+
+def test_the_papers_filters():
+    def run(**metadata) -> Trajectory:
+        status = metadata.pop("status", "completed")
+        return Trajectory(task_id="t", messages=[], outcome=Outcome(status=status), metadata=metadata)
+
+    assert drop_reason(run(end_reason="submitted", format_errors=0)) is None
+    assert drop_reason(run(end_reason="token_limit", status="truncated")) == "over_token_limit"
+    assert drop_reason(run(end_reason="submitted", format_errors=2)) == "format_errors"
+    assert drop_reason(run(end_reason="time_limit", status="timed_out")) == "timed_out"
