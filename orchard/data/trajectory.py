@@ -253,14 +253,14 @@ def from_openai_messages(messages: list[dict[str, Any]], **fields: Any) -> Traje
     return Trajectory(messages=[_openai_message(m) for m in messages], **{"harness": "openai-messages", **fields})
 
 
-_MINI_STATUS: dict[str, Status] = {"Submitted": "completed", "LimitsExceeded": "truncated"}
+_MINI_STATUS: dict[str, Status] = {"Submitted": "completed", "LimitsExceeded": "truncated", "TimeExceeded": "timed_out"}
 
 
 def from_mini_swe_agent(record: dict[str, Any], **fields: Any) -> Trajectory:
     """A mini-swe-agent trajectory (``trajectory_format: mini-swe-agent-1.1``).
 
     Its final ``exit`` message becomes the status (``Submitted`` -> completed, ``LimitsExceeded`` ->
-    truncated, a timeout -> timed_out, anything else -> aborted). mini-swe-agent does not know
+    truncated, ``TimeExceeded`` or a timeout -> timed_out, anything else -> aborted). mini-swe-agent does not know
     whether the submission resolved the task: pass ``outcome=`` from the evaluation.
     """
     info = record.get("info", {})
