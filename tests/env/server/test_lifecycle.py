@@ -46,6 +46,18 @@ def test_ttl_expiry_reaps(client, orchestrator):
     assert sandbox_pids(orchestrator.state_dir, sb.id) == set()
 
 
+def test_a_ttl_shorter_than_start_up_is_a_clear_error_not_a_500(client):
+    """Found by the fuzz test: the reaper deleted a sandbox whose TTL ran out while it was starting,
+    and the create answered 500 ("Session is closed")."""
+    for _ in range(3):
+        try:
+            sb = client.create(ttl=0.001, heartbeat=False)
+        except SandboxNotFound as exc:
+            assert "deleted while it started" in str(exc)
+        else:  # it became ready before the reaper ran: then the reaper takes it
+            wait_until(lambda sb=sb: sb.id not in {info.id for info in client.list()}, what="reaping")
+
+
 def test_heartbeats_extend_the_ttl(client):
     with client.create(ttl=2.0) as sb:  # the SDK beats every ttl/3
         deadline = time.monotonic() + 5.0
