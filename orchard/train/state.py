@@ -51,8 +51,12 @@ def init_state(model: Transformer, optimizer: optax.GradientTransformation, mesh
     """Split ``model`` into its graph definition and a sharded :class:`TrainState`."""
     graphdef, params = nnx.split(model, nnx.Param)
     params = jax.device_put(params, param_shardings(model, mesh))
-    opt_state = jax.jit(optimizer.init)(params)  # zeros_like(params): the same shardings
-    return graphdef, TrainState(jnp.zeros((), jnp.int32), params, opt_state)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    # Moments follow their parameters; scalars (step counts) are placed on the mesh too, as the step
+    # returns them, so the first and later steps share one compiled program.
+    opt_state = jax.tree.map(lambda x: x if isinstance(x.sharding, NamedSharding) else jax.device_put(x, replicated),
+                             jax.jit(optimizer.init)(params))
+    return graphdef, TrainState(jax.device_put(jnp.zeros((), jnp.int32), replicated), params, opt_state)
 
 
 def token_losses(graphdef: Any, params: Any, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
