@@ -165,8 +165,12 @@ def masked_next_token_loss(model: nnx.Module, tokens: jax.Array, targets: jax.Ar
                            segment_ids: jax.Array, positions: jax.Array) -> jax.Array:
     """The mean next-token loss over the trained positions of a packed batch (Tunix's ``loss_fn``).
 
-    The same computation as :func:`orchard.train.state.token_losses` followed by Orchard's division
-    by the number of trained tokens, written against the model so Tunix can differentiate it.
+    The same value as :func:`orchard.train.state.token_losses` divided by the number of trained
+    tokens, written the way Tunix's default loss is: a full ``log_softmax`` over the vocabulary,
+    then the targets' entries (a gather here, where Tunix multiplies by a one-hot array, which costs
+    more still). Orchard computes ``logsumexp - target logit`` instead and never builds the
+    ``[batch, seq, vocab]`` log-probabilities: that, not the loop around the step, is where its lead
+    on this benchmark comes from.
     """
     logits = model(tokens, positions, segment_ids)
     logprobs = jax.nn.log_softmax(logits, axis=-1)

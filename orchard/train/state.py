@@ -63,8 +63,9 @@ def token_losses(graphdef: Any, params: Any, batch: dict[str, jax.Array]) -> tup
     """The summed masked next-token loss of a (packed) batch, and the number of trained tokens."""
     model = nnx.merge(graphdef, params)
     logits = model(batch["tokens"], batch["positions"], batch["segment_ids"])
-    logprobs = jax.nn.log_softmax(logits, axis=-1)
-    nll = -jnp.take_along_axis(logprobs, batch["targets"][..., None], axis=-1)[..., 0]
+    # -log softmax(logits)[target] as logsumexp - logit: no [B, T, V] log-probability array is built.
+    target_logits = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
+    nll = jax.nn.logsumexp(logits, axis=-1) - target_logits
     mask = batch["loss_mask"].astype(jnp.float32)
     return jnp.sum(nll * mask), jnp.sum(mask)
 
