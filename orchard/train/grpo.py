@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from orchard.train.state import target_logprobs
+
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 
 
@@ -41,8 +43,7 @@ def make_policy_loss(eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH):
     def loss(graphdef: Any, params: Any, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
         model = nnx.merge(graphdef, params)
         logits = model(batch["tokens"], batch["positions"], batch["segment_ids"])
-        logprobs = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), batch["targets"][..., None], axis=-1)[..., 0]
-        ratio = jnp.exp(logprobs - batch["old_logprobs"])
+        ratio = jnp.exp(target_logprobs(logits, batch["targets"]) - batch["old_logprobs"])
         advantages = batch["advantages"]
         clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
         surrogate = jnp.minimum(ratio * advantages, clipped * advantages)
