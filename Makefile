@@ -38,10 +38,16 @@ test: system-deps $(STAMP)
 	$(PY) tests/fixtures/chat/qwen3_tokenizer.py
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own.
+TUNIX_VENV := .venv-bench-tunix
+
 bench: system-deps $(STAMP)
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) experiments/env_bench/run.py --markdown docs/benchmarks.md
 	$(PY) experiments/sampler_bench/run.py --markdown docs/benchmarks.md
+	test -x $(TUNIX_VENV)/bin/python || python3 -m venv $(TUNIX_VENV)
+	$(TUNIX_VENV)/bin/python -m pip install -q -e ".[train,env]" google-tunix
+	$(TUNIX_VENV)/bin/python experiments/sft_bench/run.py --markdown docs/benchmarks.md
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
