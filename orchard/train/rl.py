@@ -1,0 +1,145 @@
+"""The RL loop: rollouts in sandboxes, training groups from a group sampler, a GRPO update, a weight sync.
+
+Each step draws ``prompts_per_step`` task instances. For each, the group sampler
+(:mod:`orchard.train.bar`: BAR, fixed-N GRPO or dynamic filtering) asks for rollouts ``k`` at a
+time; a rollout is one graded episode (:func:`orchard.tasks.swe.collect.collect_one`: a fresh
+sandbox, the harness driven by the policy, SWE-bench grading, the sandbox always deleted), run
+concurrently up to ``concurrency`` sandboxes. The reward is +1 when the patch resolves the task and
+-1 otherwise; a rollout that failed for reasons outside the policy (the engine or the sandbox
+raised) has no reward and is dropped. The chosen groups become GRPO rows
+(:mod:`orchard.train.rollouts`) for one update of the shared train step with the clipped policy
+loss (:mod:`orchard.train.grpo`), and the new weights go to the engine before the next step's
+rollouts (immediate for :class:`~orchard.rollout.jax_engine.JaxEngine`; ``OpenAIEngine`` and vLLM
+through their weight-sync hook).
+
+Metrics per step: reward, resolve rate, informative-group fraction, rollouts per group, fallbacks,
+tokens per second, and the time split between rollouts and learning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from orchard.data.chat import ChatMLFormat
+from orchard.data.trajectory import Trajectory
+from orchard.env.client import AsyncSandboxClient
+from orchard.harness.core import Harness, Limits, Policy
+from orchard.rollout.engine import RolloutEngine
+from orchard.tasks.swe.collect import collect_one
+from orchard.tasks.swe.instance import SWEInstance
+from orchard.train.bar import GroupResult, GroupSampler
+from orchard.train.grpo import group_advantages
+from orchard.train.rollouts import pack_rollouts, policy_example
+from orchard.train.state import TrainState, batch_sharding
+
+INFRASTRUCTURE = {"policy_error", "sandbox_error"}
+
+
+@dataclass
+class ScoredRollout:
+    """A graded rollout as the group samplers see it."""
+
+    trajectory: Trajectory
+    reward: float | None
+    status: str
+    length: int
+
+
+def score(trajectory: Trajectory) -> ScoredRollout:
+    """+1 resolved, -1 not; ``None`` when the episode failed outside the policy's control."""
+    failed = trajectory.metadata.get("end_reason") in INFRASTRUCTURE
+    reward = None if failed else (1.0 if trajectory.outcome.resolved else -1.0)
+    length = sum(len(m.token_ids or ()) for m in trajectory.messages)
+    return ScoredRollout(trajectory, reward, trajectory.outcome.status, length)
+
+
+class RolloutWorkers:
+    """Graded episodes of one policy and harness, at most ``concurrency`` sandboxes at a time."""
+
+    def __init__(self, client: AsyncSandboxClient, harness: Harness, policy: Policy, limits: Limits,
+                 concurrency: int) -> None:
+        self.client, self.harness, self.policy, self.limits = client, harness, policy, limits
+        self.gate = asyncio.Semaphore(concurrency)
+        self.spent = 0
+
+    async def rollouts(self, instance: SWEInstance, count: int, seed: int) -> list[ScoredRollout]:
+        async def one(index: int) -> ScoredRollout:
+            async with self.gate:
+                trajectory = await collect_one(self.client, instance, self.harness, self.policy, self.limits,
+                                               seed=seed + index)
+            return score(trajectory)
+
+        start, self.spent = self.spent, self.spent + count
+        return list(await asyncio.gather(*(one(start + i) for i in range(count))))
+
+
+@dataclass
+class StepResult:
+    groups: list[GroupResult]
+    metrics: dict[str, float]
+
+
+async def gather_groups(workers: RolloutWorkers, sampler: GroupSampler, instances: Sequence[SWEInstance],
+                        step_seed: int) -> list[GroupResult]:
+    """One group per instance, sampled concurrently."""
+
+    async def group(index: int, instance: SWEInstance) -> GroupResult:
+        return await sampler.sample(lambda k: workers.rollouts(instance, k, seed=step_seed * 100_000 + index * 1000))
+
+    return list(await asyncio.gather(*(group(i, inst) for i, inst in enumerate(instances))))
+
+
+def group_metrics(groups: Sequence[GroupResult]) -> dict[str, float]:
+    rollouts = [r for g in groups for r in g.group]
+    rewards = [r.reward for r in rollouts if r.reward is not None]
+    return {
+        "reward": statistics.fmean(rewards) if rewards else 0.0,
+        "resolve_rate": statistics.fmean(r.reward > 0 for r in rollouts if r.reward is not None) if rewards else 0.0,
+        "informative_groups": statistics.fmean(g.informative for g in groups) if groups else 0.0,
+        "rollouts_per_group": statistics.fmean(g.spent for g in groups) if groups else 0.0,
+        "fallback_relaxed": float(sum(g.fallback == "relaxed" for g in groups)),
+        "fallback_top_ranked": float(sum(g.fallback == "top_ranked" for g in groups)),
+        "groups_dropped": float(sum(not g.group for g in groups)),
+    }
+
+
+def policy_rows(groups: Sequence[GroupResult], chat_format: ChatMLFormat, seq_len: int, rows: int
+                ) -> dict[str, np.ndarray]:
+    """GRPO rows for the chosen groups: each rollout with its group-relative advantage."""
+    examples = []
+    for result in groups:
+        for rollout, advantage in zip(result.group, group_advantages([r.reward for r in result.group]), strict=True):
+            examples.append(policy_example(rollout.trajectory, advantage, chat_format))
+    return pack_rollouts(examples, seq_len, rows)
+
+
+async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, engine: RolloutEngine,
+                  workers: RolloutWorkers, sampler: GroupSampler, instances: Sequence[SWEInstance],
+                  chat_format: ChatMLFormat, mesh: Any, *, prompts_per_step: int, seq_len: int, rows: int,
+                  seed: int) -> tuple[TrainState, StepResult]:
+    """Rollouts, one GRPO update and the weight sync; returns the new state and the step's metrics."""
+    chosen = random.Random(seed * 1_000_003 + step).sample(list(instances), min(prompts_per_step, len(instances)))
+    started = time.perf_counter()
+    groups = await gather_groups(workers, sampler, chosen, seed * 1000 + step)
+    rollout_s = time.perf_counter() - started
+    metrics = group_metrics(groups)
+    batch = policy_rows([g for g in groups if g.group], chat_format, seq_len, rows)
+    started = time.perf_counter()
+    state, learner = train_step(state, jax.device_put({k: v[None] for k, v in batch.items()}, batch_sharding(mesh)))
+    learner = {k: float(v) for k, v in jax.device_get(learner).items()}
+    engine.update_weights(nnx.merge(graphdef, state.params))
+    learn_s = time.perf_counter() - started
+    metrics.update({"loss": learner["loss"], "grad_norm": learner["grad_norm"], "lr": learner["lr"],
+                    "trained_tokens": learner["tokens"], "rollout_s": rollout_s, "learn_s": learn_s,
+                    "tokens_per_s": float(batch["loss_mask"].sum()) / max(rollout_s + learn_s, 1e-9)})
+    return state, StepResult(groups, metrics)

@@ -1,0 +1,77 @@
+"""One RL step end to end: a JAX policy in real sandboxes, BAR groups, a GRPO update, the weight sync."""
+
+from __future__ import annotations
+
+import asyncio
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from orchard.data.chat import smollm2_format
+from orchard.data.tokenizer import Tokenizer
+from orchard.data.trajectory import Outcome, Trajectory
+from orchard.env import AsyncSandboxClient
+from orchard.harness.bash import BashHarness
+from orchard.harness.core import Limits
+from orchard.harness.policies import EnginePolicy
+from orchard.models import ModelConfig, Transformer
+from orchard.models.sharding import make_mesh
+from orchard.models.shipped import smollm2_gguf
+from orchard.rollout.jax_engine import JaxEngine
+from orchard.rollout.sampler import SamplingParams
+from orchard.tasks.swe.generate import generate_task_set
+from orchard.tasks.swe.sources import resolve_source
+from orchard.train.bar import BAR
+from orchard.train.grpo import make_policy_loss
+from orchard.train.rl import RolloutWorkers, rl_step, score
+from orchard.train.state import init_state, make_optimizer, make_train_step
+
+
+def test_rewards_and_dropped_rollouts():
+    def run(resolved: bool, **metadata) -> Trajectory:
+        return Trajectory(task_id="t", messages=[], outcome=Outcome(resolved=resolved), metadata=metadata)
+
+    assert score(run(True, end_reason="submitted")).reward == 1.0
+    assert score(run(False, end_reason="step_limit")).reward == -1.0
+    assert score(run(False, end_reason="sandbox_error")).reward is None  # not the policy's fault: dropped
+
+
+def test_one_rl_step_in_real_sandboxes(orchestrator, tmp_path):
+    [instance], _ = generate_task_set([resolve_source("minicalc")], 1, str(tmp_path), seed=2, tests_visible=True)
+    tokenizer = Tokenizer.from_gguf(smollm2_gguf())  # a 49K vocabulary keeps the learner's logits small
+    cfg = ModelConfig(model_type="llama", vocab_size=49152, hidden_size=32, intermediate_size=64, num_layers=2,
+                      num_heads=4, num_kv_heads=2, head_dim=8, max_position_embeddings=4096, dtype="float32")
+    chat, model = smollm2_format(tokenizer), Transformer(cfg, rngs=nnx.Rngs(0))
+    engine = JaxEngine(model, tokenizer)
+    policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=16, temperature=1.0))
+    mesh = make_mesh(1, 1)
+    optimizer, schedule = make_optimizer(1e-3, 1e-4, 1, 10, 0.0, 1.0)
+    graphdef, state = init_state(model, optimizer, mesh)
+    train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
+
+    async def run():
+        client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
+        try:
+            workers = RolloutWorkers(client, BashHarness(), policy, Limits(max_steps=2), concurrency=2)
+            result = await rl_step(0, state, train_step, graphdef, engine, workers, BAR(2, 4, 2), [instance], chat,
+                                   mesh, prompts_per_step=1, seq_len=2048, rows=2, seed=0)
+            return result, workers.spent, {info.id for info in await client.list()}
+        finally:
+            await client.aclose()
+
+    (new_state, step), spent, alive = asyncio.run(run())
+    [group] = step.groups
+    assert spent == 4 == group.spent  # a random policy never resolves: BAR spends its budget, then relaxes
+    assert group.fallback == "relaxed" and len(group.group) == 2 and not group.informative
+    assert step.metrics["resolve_rate"] == 0.0 and step.metrics["reward"] == -1.0
+    assert step.metrics["fallback_relaxed"] == 1.0 and step.metrics["informative_groups"] == 0.0
+    assert step.metrics["trained_tokens"] > 0 and step.metrics["loss"] == pytest.approx(0.0, abs=1e-6)  # no variance
+    assert not {r.trajectory.metadata["sandbox_id"] for r in group.group} & alive
+    for rollout in group.group:
+        assert all(m.token_ids and m.logprobs for m in rollout.trajectory.messages if m.role == "assistant")
+    # The engine serves the learner's new parameters.
+    served = jax.tree.leaves(engine.sampler.state)
+    learned = jax.tree.leaves(new_state.params)
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(served, learned, strict=True))
