@@ -1,5 +1,6 @@
 """Orbax checkpoints of the training state together with the data iterator's state, so a resumed
-run sees exactly the batches the uninterrupted run would have."""
+run sees exactly the batches the uninterrupted run would have. RL has no data iterator (its prompts
+are drawn from the step number), so ``data`` is optional."""
 
 from __future__ import annotations
 
@@ -19,17 +20,21 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def save(self, step: int, state: TrainState, data: grain.DatasetIterator, force: bool = False) -> bool:
+    def save(self, step: int, state: TrainState, data: grain.DatasetIterator | None = None,
+             force: bool = False) -> bool:
         """Save if ``step`` is on the interval (or ``force``); returns whether it saved."""
-        args = ocp.args.Composite(state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data))
-        return self.manager.save(step, args=args, force=force)
+        items = {"state": ocp.args.StandardSave(state)}
+        if data is not None:
+            items["data"] = grain.checkpoint.CheckpointSave(data)
+        return self.manager.save(step, args=ocp.args.Composite(**items), force=force)
 
-    def restore(self, step: int, like: TrainState, data: grain.DatasetIterator) -> TrainState:
+    def restore(self, step: int, like: TrainState, data: grain.DatasetIterator | None = None) -> TrainState:
         """The state saved at ``step``, placed with the shardings of ``like``; ``data`` is moved to
         where it was at that step."""
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-        args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract), data=grain.checkpoint.CheckpointRestore(data))
-        return TrainState(*self.manager.restore(step, args=args)["state"])
+        items = {"state": ocp.args.StandardRestore(jax.tree.map(ocp.utils.to_shape_dtype_struct, like))}
+        if data is not None:
+            items["data"] = grain.checkpoint.CheckpointRestore(data)
+        return TrainState(*self.manager.restore(step, args=ocp.args.Composite(**items))["state"])
 
     def close(self) -> None:
         self.manager.close()

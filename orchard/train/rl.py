@@ -19,6 +19,7 @@ tokens per second, and the time split between rollouts and learning.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import statistics
 import time
@@ -29,18 +30,28 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
+from tqdm.auto import tqdm
 
-from orchard.data.chat import ChatMLFormat
+from orchard.data.chat import ChatMLFormat, Qwen3Format
+from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory
 from orchard.env.client import AsyncSandboxClient
 from orchard.harness.core import Harness, Limits, Policy
+from orchard.harness.policies import EnginePolicy
+from orchard.models.sharding import make_mesh
+from orchard.models.shipped import resolve
 from orchard.rollout.engine import RolloutEngine
+from orchard.rollout.jax_engine import JaxEngine
+from orchard.rollout.sampler import SamplingParams
 from orchard.tasks.swe.collect import collect_one
 from orchard.tasks.swe.instance import SWEInstance
-from orchard.train.bar import GroupResult, GroupSampler
-from orchard.train.grpo import group_advantages
+from orchard.train.bar import BAR, DynamicFilter, FixedGroup, GroupResult, GroupSampler
+from orchard.train.checkpoint import Checkpointer
+from orchard.train.grpo import group_advantages, make_policy_loss
+from orchard.train.metrics import MetricsWriter
 from orchard.train.rollouts import pack_rollouts, policy_example
-from orchard.train.state import TrainState, batch_sharding
+from orchard.train.sft import build_model
+from orchard.train.state import TrainState, batch_sharding, init_state, make_optimizer, make_train_step
 
 INFRASTRUCTURE = {"policy_error", "sandbox_error"}
 
@@ -143,3 +154,58 @@ async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, 
                     "trained_tokens": learner["tokens"], "rollout_s": rollout_s, "learn_s": learn_s,
                     "tokens_per_s": float(batch["loss_mask"].sum()) / max(rollout_s + learn_s, 1e-9)})
     return state, StepResult(groups, metrics)
+
+
+def make_sampler(config: Any) -> GroupSampler:
+    """The group sampler a config names: ``bar`` (the paper's), ``fixed`` (GRPO) or ``dynamic`` (DAPO)."""
+    if config.name == "bar":
+        return BAR(config.group_size, config.max_budget, config.stride, config.rho_min, config.rho_max)
+    if config.name == "fixed":
+        return FixedGroup(config.group_size)
+    if config.name == "dynamic":
+        return DynamicFilter(config.group_size)
+    raise ValueError(f"unknown group sampler {config.name!r}: bar, fixed or dynamic")
+
+
+async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instances: Sequence[SWEInstance],
+                   harness: Harness) -> dict[str, float]:
+    """Run ``config.num_steps`` RL steps in ``workdir`` (resuming from its checkpoints); return the
+    last step's metrics.
+
+    The policy is the in-process :class:`~orchard.rollout.jax_engine.JaxEngine` over the learner's
+    own parameters, so the weight sync after each update is immediate.
+    """
+    rl = config.rl
+    mesh = make_mesh(config.mesh.fsdp, config.mesh.tp)
+    model = build_model(config.model, config.seed)
+    tokenizer = Tokenizer.from_pretrained(resolve(config.tokenizer))
+    chat = Qwen3Format(tokenizer)
+    engine = JaxEngine(model, tokenizer)
+    policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=rl.max_new_tokens, temperature=rl.temperature,
+                                                       seed=config.seed))
+    optimizer, schedule = make_optimizer(config.optim.peak_lr, config.optim.final_lr, config.optim.warmup_steps,
+                                         config.num_steps, config.optim.weight_decay, config.optim.clip_norm)
+    graphdef, state = init_state(model, optimizer, mesh)
+    checkpointer = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint_every)
+    if (latest := checkpointer.latest_step()) is not None:
+        state = checkpointer.restore(latest, state)
+        engine.update_weights(nnx.merge(graphdef, state.params))
+    train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss(rl.eps_low, rl.eps_high))
+    limits = Limits(max_steps=rl.max_turns, max_tokens=rl.max_context, time_limit=rl.episode_seconds)
+    workers = RolloutWorkers(client, harness, policy, limits, rl.concurrency)
+    sampler = make_sampler(rl.sampler)
+    last: dict[str, float] = {}
+    with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=int(state.step), desc="rl",
+                                                  unit="step") as bar:
+        for step in range(int(state.step), config.num_steps):
+            state, result = await rl_step(step, state, train_step, graphdef, engine, workers, sampler, instances,
+                                          chat, mesh, prompts_per_step=rl.prompts_per_step, seq_len=rl.seq_len,
+                                          rows=rl.rows, seed=config.seed)
+            last = result.metrics
+            metrics.write(step + 1, last)
+            checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
+            bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",
+                            refresh=False)
+            bar.update()
+    checkpointer.close()
+    return last

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import jax
 import numpy as np
@@ -75,3 +76,36 @@ def test_one_rl_step_in_real_sandboxes(orchestrator, tmp_path):
     served = jax.tree.leaves(engine.sampler.state)
     learned = jax.tree.leaves(new_state.params)
     assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(served, learned, strict=True))
+
+
+def test_train_rl_writes_metrics_and_resumes(orchestrator, tmp_path):
+    from configs.swe_bar import get_config
+    from orchard.train.metrics import read_metrics
+    from orchard.train.rl import train_rl
+
+    [instance], _ = generate_task_set([resolve_source("textkit")], 1, str(tmp_path / "tasks"), seed=3,
+                                      tests_visible=True)
+    config = get_config("tiny")
+    config.model.init.update({"hidden_size": 32, "intermediate_size": 64, "num_layers": 1})
+    config.num_steps, config.checkpoint_every = 1, 1
+    config.rl.sampler.update({"name": "fixed", "group_size": 2})
+    config.rl.update({"prompts_per_step": 1, "max_new_tokens": 16, "max_turns": 2, "seq_len": 2048, "rows": 2})
+    workdir = str(tmp_path / "rl")
+
+    async def run(steps: int) -> dict:
+        config.num_steps = steps
+        client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
+        try:
+            return await train_rl(config, workdir, client, [instance], BashHarness())
+        finally:
+            await client.aclose()
+
+    asyncio.run(run(1))
+    asyncio.run(run(2))  # resumes at step 1 and runs step 2 only
+    metrics = read_metrics(workdir)
+    assert sorted(metrics) == [1, 2]
+    with open(os.path.join(workdir, "metrics.jsonl")) as handle:
+        assert len(handle.readlines()) == 2  # step 1 ran once: the second run resumed after it
+    assert all(metrics[s]["rollouts_per_group"] == 2 and metrics[s]["reward"] == -1.0 for s in metrics)
+    assert {"informative_groups", "fallback_relaxed", "rollout_s", "learn_s", "tokens_per_s"} <= set(metrics[2])
+    assert sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints"))) == [1, 2]
