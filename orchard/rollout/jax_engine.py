@@ -30,6 +30,7 @@ class _Row:
 
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    alternatives: list = field(default_factory=list)
     sent_tokens: int = 0
     sent_text: int = 0
     finished: bool = False
@@ -57,12 +58,14 @@ class JaxEngine:
         return cls(from_pretrained(path, mesh=mesh, **overrides), tokenizer)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
-        completions = [Completion([], [], "length", "" if self.tokenizer else None) for _ in prompts]
+        completions = [Completion([], [], "length", "" if self.tokenizer else None,
+                                  [] if sampling.top_logprobs else None) for _ in prompts]
         for delta in self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens):
             old = completions[delta.row]
             text = None if delta.text is None else old.text + delta.text
+            alternatives = None if delta.alternatives is None else old.alternatives + delta.alternatives
             completions[delta.row] = Completion(old.token_ids + delta.token_ids, old.logprobs + delta.logprobs,
-                                                delta.finish_reason or old.finish_reason, text)
+                                                delta.finish_reason or old.finish_reason, text, alternatives)
         return completions
 
     def stream(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
@@ -82,13 +85,15 @@ class JaxEngine:
                     continue
                 row.token_ids += delta.token_ids
                 row.logprobs += delta.logprobs
-                yield self._advance(delta.row, row, delta.finish_reason, sampling.stop)
+                row.alternatives += delta.alternatives or []
+                yield self._advance(delta.row, row, delta.finish_reason, sampling.stop, sampling.top_logprobs > 0)
                 if all(r.finished for r in rows):
                     return  # every row hit a stop string: stop decoding
         finally:
             deltas.close()
 
-    def _advance(self, index: int, row: _Row, finish_reason: str | None, stops: Sequence[str]) -> StreamDelta:
+    def _advance(self, index: int, row: _Row, finish_reason: str | None, stops: Sequence[str],
+                 alternatives: bool) -> StreamDelta:
         def decode(ids: list[int]) -> str:
             return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -105,13 +110,14 @@ class JaxEngine:
                     high = middle
                 else:
                     low = middle + 1
-            row.token_ids, row.logprobs = row.token_ids[:low], row.logprobs[:low]
+            row.token_ids, row.logprobs, row.alternatives = row.token_ids[:low], row.logprobs[:low], row.alternatives[:low]
             text, finish_reason = text[:start], "stop"
         elif finish_reason is None:
             text = text[: len(text) - _held_back(text, stops)]
         row.finished = finish_reason is not None
         out = StreamDelta(index, row.token_ids[row.sent_tokens:], row.logprobs[row.sent_tokens:],
-                          finish_reason, text[row.sent_text:])
+                          finish_reason, text[row.sent_text:],
+                          row.alternatives[row.sent_tokens:] if alternatives else None)
         row.sent_tokens, row.sent_text = len(row.token_ids), max(row.sent_text, len(text))
         return out
 

@@ -1,7 +1,7 @@
 """The subset of the OpenAI API that ``orchard serve`` speaks, as pydantic models.
 
 Requests accept unknown fields (clients send many), and reject what would silently change the
-answer: ``n`` beyond the limit, ``echo``, top-k logprobs, or forcing a particular tool. Two vLLM
+answer: ``n`` beyond the limit, ``echo``, or forcing a particular tool. Two vLLM
 extensions are understood, so :class:`~orchard.rollout.openai_engine.OpenAIEngine` works the same
 against vLLM and against Orchard: ``return_token_ids`` (the prompt's and each choice's token ids)
 and prompts given as token ids.
@@ -30,6 +30,10 @@ class _Request(BaseModel):
     stream_options: dict[str, Any] | None = None
     return_token_ids: bool = False  # vLLM extension
 
+    def alternatives(self) -> int:
+        """How many most-likely tokens to report per generated token."""
+        return 0
+
     def stops(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
 
@@ -44,15 +48,21 @@ class ChatRequest(_Request):
     tool_choice: Literal["auto", "none"] | dict[str, Any] | None = None
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=0)  # only 0: no top-k alternatives yet
+    top_logprobs: int | None = Field(None, ge=0, le=20)  # alternatives per token, with logprobs: true
     chat_template_kwargs: dict[str, Any] | None = None  # vLLM extension: {"enable_thinking": False}
+
+    def alternatives(self) -> int:
+        return (self.top_logprobs or 0) if self.logprobs else 0
 
 
 class CompletionRequest(_Request):
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = Field(16, ge=1)
-    logprobs: int | None = Field(None, ge=0, le=0)  # only 0: the sampled token's logprob, no alternatives
+    logprobs: int | None = Field(None, ge=0, le=5)  # alternatives per token; 0: the sampled token's only
     echo: Literal[False] = False
+
+    def alternatives(self) -> int:
+        return self.logprobs or 0
 
 
 def error_body(message: str, kind: str = "invalid_request_error", code: int = 400,

@@ -44,10 +44,16 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()  # stop strings: applied by engines that have a tokenizer
     seed: int = 0
+    top_logprobs: int = 0  # also return the k most likely tokens of every step, with their logprobs
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+        if (self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0
+                or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS):
             raise ValueError(f"invalid sampling parameters: {self}")
+
+
+MAX_TOP_LOGPROBS = 20
+Alternatives = list[list[tuple[int, float]]]  # per token: the (token id, logprob) of the most likely ones
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class Completion:
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
     text: str | None = None  # set by engines that have a tokenizer
+    alternatives: Alternatives | None = None  # with SamplingParams.top_logprobs
 
 
 def _top_k_top_p(scaled: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
@@ -103,10 +110,12 @@ class DecodeState(NamedTuple):
     logprobs: jax.Array  # [B, max_new]
     done: jax.Array  # [B]
     lengths: jax.Array  # [B]
+    top_ids: jax.Array  # [B, max_new, K]: the K most likely tokens of each step (K may be 0)
+    top_logprobs: jax.Array  # [B, max_new, K]
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new"))
-def _prefill(graphdef, state, tokens, pad, *, max_new: int) -> DecodeState:
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new", "top"))
+def _prefill(graphdef, state, tokens, pad, *, max_new: int, top: int) -> DecodeState:
     model = nnx.merge(graphdef, state)
     batch, prompt_len = tokens.shape
     cache_len = prompt_len + max_new
@@ -115,7 +124,8 @@ def _prefill(graphdef, state, tokens, pad, *, max_new: int) -> DecodeState:
     logits, caches = model.forward(tokens, positions, _prefill_mask(pad, prompt_len, cache_len), caches, 0)
     return DecodeState(jnp.int32(0), caches, logits[:, -1], jnp.zeros((batch, max_new), jnp.int32),
                        jnp.zeros((batch, max_new), jnp.float32), jnp.zeros((batch,), bool),
-                       jnp.zeros((batch,), jnp.int32))
+                       jnp.zeros((batch,), jnp.int32), jnp.zeros((batch, max_new, top), jnp.int32),
+                       jnp.zeros((batch, max_new, top), jnp.float32))
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("decode",))
@@ -131,6 +141,10 @@ def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, key, t
     def body(carry: DecodeState) -> DecodeState:
         step, done = carry.step, carry.done
         token, logprob = sample_logits(carry.last_logits, jax.random.fold_in(key, step), temperature, top_k, top_p)
+        top_ids, top_logprobs = carry.top_ids, carry.top_logprobs
+        if top_ids.shape[-1]:  # static: only requests that ask for alternatives pay for them
+            values, ids = jax.lax.top_k(jax.nn.log_softmax(carry.last_logits, axis=-1), top_ids.shape[-1])
+            top_ids, top_logprobs = top_ids.at[:, step].set(ids), top_logprobs.at[:, step].set(values)
         tokens = carry.tokens.at[:, step].set(jnp.where(done, 0, token))
         logprobs = carry.logprobs.at[:, step].set(jnp.where(done, 0.0, logprob))
         lengths = carry.lengths + (~done).astype(jnp.int32)
@@ -138,7 +152,7 @@ def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, key, t
         slot = prompt_len + step
         mask = ((slots <= slot)[None, :] & (slots[None, :] >= pad[:, None]))[:, None, :]  # [B, 1, S]
         logits, caches = model.forward(token[:, None], (slot - pad)[:, None], mask, carry.caches, slot)
-        return DecodeState(step + 1, caches, logits[:, -1], tokens, logprobs, done, lengths)
+        return DecodeState(step + 1, caches, logits[:, -1], tokens, logprobs, done, lengths, top_ids, top_logprobs)
 
     return jax.lax.while_loop(cond, body, decode)
 
@@ -158,6 +172,7 @@ class StreamDelta:
     logprobs: list[float]
     finish_reason: Literal["stop", "length"] | None  # set on the row's last delta
     text: str | None = None  # set by engines that have a tokenizer
+    alternatives: Alternatives | None = None  # with SamplingParams.top_logprobs
 
 
 class Sampler:
@@ -183,11 +198,13 @@ class Sampler:
             raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size})")
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        completions = [Completion([], [], "length") for _ in prompts]
+        completions = [Completion([], [], "length", alternatives=[] if params.top_logprobs else None)
+                       for _ in prompts]
         for delta in self.stream(prompts, params, chunk_tokens=params.max_tokens):
             done = completions[delta.row]
+            alternatives = None if delta.alternatives is None else done.alternatives + delta.alternatives
             completions[delta.row] = Completion(done.token_ids + delta.token_ids, done.logprobs + delta.logprobs,
-                                                delta.finish_reason or done.finish_reason)
+                                                delta.finish_reason or done.finish_reason, None, alternatives)
         return completions
 
     def stream(self, prompts: list[list[int]], params: SamplingParams,
@@ -207,19 +224,24 @@ class Sampler:
         stop_ids = jnp.asarray(params.stop_token_ids or (-1,), jnp.int32)
         sampling = (jax.random.key(params.seed), jnp.float32(params.temperature), jnp.int32(params.top_k),
                     jnp.float32(params.top_p), stop_ids)
-        decode = _prefill(self.graphdef, self.state, jnp.asarray(tokens), pad, max_new=bucket(params.max_tokens))
+        decode = _prefill(self.graphdef, self.state, jnp.asarray(tokens), pad, max_new=bucket(params.max_tokens),
+                          top=params.top_logprobs)
         sent = np.zeros(len(prompts), np.int64)
         finished = np.zeros(len(prompts), bool)
         while not finished.all():
             until = min(int(decode.step) + chunk_tokens, params.max_tokens)
             decode = _decode(self.graphdef, self.state, decode, jnp.int32(until), jnp.int32(prompt_len), pad,
                              *sampling)
-            out_tokens, out_logprobs, lengths, done, step = jax.device_get(
-                (decode.tokens, decode.logprobs, decode.lengths, decode.done, decode.step))
+            out_tokens, out_logprobs, lengths, done, step, top_ids, top_values = jax.device_get(
+                (decode.tokens, decode.logprobs, decode.lengths, decode.done, decode.step, decode.top_ids,
+                 decode.top_logprobs))
             for row in np.flatnonzero(~finished):
                 over = bool(done[row]) or int(step) >= params.max_tokens
                 if lengths[row] > sent[row] or over:
-                    yield StreamDelta(int(row), out_tokens[row, sent[row]:lengths[row]].tolist(),
-                                      out_logprobs[row, sent[row]:lengths[row]].tolist(),
-                                      ("stop" if done[row] else "length") if over else None)
+                    new = slice(sent[row], lengths[row])
+                    alternatives = [list(zip(ids.tolist(), values.tolist(), strict=True))
+                                    for ids, values in zip(top_ids[row, new], top_values[row, new], strict=True)]
+                    yield StreamDelta(int(row), out_tokens[row, new].tolist(), out_logprobs[row, new].tolist(),
+                                      ("stop" if done[row] else "length") if over else None,
+                                      alternatives=alternatives if params.top_logprobs else None)
                     sent[row], finished[row] = lengths[row], over

@@ -33,7 +33,7 @@ from orchard.data.tokenizer import Tokenizer
 from orchard.models import from_pretrained
 from orchard.rollout.jax_engine import JaxEngine
 from orchard.rollout.openai_api import ChatRequest, CompletionRequest, error_body
-from orchard.rollout.sampler import SamplingParams, StreamDelta
+from orchard.rollout.sampler import Alternatives, SamplingParams, StreamDelta
 
 log = logging.getLogger(__name__)
 DEFAULT_CHAT_MAX_TOKENS = 1024
@@ -74,7 +74,8 @@ class ModelServer:
                 max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p,
                 top_k=max(request.top_k, 0), stop=request.stops(),
                 stop_token_ids=tuple(request.stop_token_ids or ()) + self.end_ids,
-                seed=request.seed if request.seed is not None else uuid.uuid4().int % 2**31)
+                seed=request.seed if request.seed is not None else uuid.uuid4().int % 2**31,
+                top_logprobs=request.alternatives())
         except ValueError as exc:
             raise APIError(str(exc)) from exc
 
@@ -82,12 +83,16 @@ class ModelServer:
         if model != self.name:
             raise APIError(f"The model `{model}` does not exist.", 404, "NotFoundError")
 
-    def token_logprobs(self, token_ids: list[int], logprobs: list[float]) -> list[dict[str, Any]]:
-        content = []
-        for token_id, logprob in zip(token_ids, logprobs, strict=True):
-            token = self.tokenizer.decode([token_id])
-            content.append({"token": token, "logprob": logprob, "bytes": list(token.encode()), "top_logprobs": []})
-        return content
+    def token_logprobs(self, token_ids: list[int], logprobs: list[float],
+                       alternatives: Alternatives | None) -> list[dict[str, Any]]:
+        """Chat-completions logprobs: each generated token, and its most likely alternatives."""
+        steps = alternatives if alternatives is not None else [[] for _ in token_ids]
+        return [{**self._token(token_id, logprob), "top_logprobs": [self._token(i, value) for i, value in step]}
+                for token_id, logprob, step in zip(token_ids, logprobs, steps, strict=True)]
+
+    def _token(self, token_id: int, logprob: float) -> dict[str, Any]:
+        token = self.tokenizer.decode([token_id])
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
 
 
 async def _in_thread(iterator: Iterator[StreamDelta]) -> AsyncIterator[StreamDelta]:
@@ -225,7 +230,8 @@ def create_app(server: ModelServer) -> FastAPI:
             choice = {"index": index, "message": message, "finish_reason": reason or completion.finish_reason,
                       "logprobs": None}
             if request.logprobs:
-                choice["logprobs"] = {"content": server.token_logprobs(completion.token_ids, completion.logprobs)}
+                choice["logprobs"] = {"content": server.token_logprobs(completion.token_ids, completion.logprobs,
+                                                                       completion.alternatives)}
             if request.return_token_ids:
                 choice["token_ids"] = completion.token_ids
             choices.append(choice)
@@ -247,7 +253,8 @@ def create_app(server: ModelServer) -> FastAPI:
         choices = []
         for index, (prompt, completion) in enumerate(zip(rows, results, strict=True)):
             choice = {"index": index, "text": completion.text, "finish_reason": completion.finish_reason,
-                      "logprobs": _completion_logprobs(server, completion.token_ids, completion.logprobs)
+                      "logprobs": _completion_logprobs(server, completion.token_ids, completion.logprobs,
+                                                       completion.alternatives)
                       if request.logprobs is not None else None}
             if request.return_token_ids:
                 choice["prompt_token_ids"], choice["token_ids"] = prompt, completion.token_ids
@@ -281,13 +288,16 @@ def _usage(prompt: list[int], completions) -> dict[str, int]:
     return {"prompt_tokens": len(prompt), "completion_tokens": generated, "total_tokens": len(prompt) + generated}
 
 
-def _completion_logprobs(server: ModelServer, token_ids: list[int], logprobs: list[float]) -> dict[str, Any]:
-    tokens = [server.tokenizer.decode([t]) for t in token_ids]
+def _completion_logprobs(server: ModelServer, token_ids: list[int], logprobs: list[float],
+                         alternatives: Alternatives | None) -> dict[str, Any]:
+    decode = server.tokenizer.decode
+    tokens = [decode([t]) for t in token_ids]
     offsets, at = [], 0
     for token in tokens:
         offsets.append(at)
         at += len(token)
-    return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": None, "text_offset": offsets}
+    top = None if alternatives is None else [{decode([i]): value for i, value in step} for step in alternatives]
+    return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top, "text_offset": offsets}
 
 
 def _stream_response(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams,
@@ -341,7 +351,7 @@ async def _chat_stream(server: ModelServer, request: ChatRequest, prompts: list[
             continue
         choice = {"index": row, "delta": out, "finish_reason": reason, "logprobs": None}
         if request.logprobs:
-            choice["logprobs"] = {"content": server.token_logprobs(delta.token_ids, delta.logprobs)}
+            choice["logprobs"] = {"content": server.token_logprobs(delta.token_ids, delta.logprobs, delta.alternatives)}
         if request.return_token_ids:
             choice["token_ids"] = delta.token_ids
         yield _sse({**chunk, "choices": [choice]})
@@ -358,7 +368,7 @@ async def _completion_stream(server: ModelServer, request: CompletionRequest, pr
     async for delta in _streamed(server, prompts, sampling):
         generated += len(delta.token_ids)
         choice = {"index": delta.row, "text": delta.text, "finish_reason": delta.finish_reason,
-                  "logprobs": _completion_logprobs(server, delta.token_ids, delta.logprobs)
+                  "logprobs": _completion_logprobs(server, delta.token_ids, delta.logprobs, delta.alternatives)
                   if request.logprobs is not None else None}
         if request.return_token_ids:
             choice["token_ids"] = delta.token_ids

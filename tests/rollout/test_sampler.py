@@ -48,12 +48,18 @@ def test_smollm2_greedy_matches_hf_generate():
 def test_logprobs_are_those_of_the_full_forward_pass():
     model = load("qwen3")
     prompt = golden("qwen3")["tokens"][0, :6].tolist()
-    completion = Sampler(model).generate([prompt], SamplingParams(max_tokens=6, temperature=1.0, seed=3))[0]
+    completion = Sampler(model).generate([prompt], SamplingParams(max_tokens=6, temperature=1.0, seed=3,
+                                                                  top_logprobs=4))[0]
     sequence = jnp.asarray([prompt + completion.token_ids])
     logprobs = jax.nn.log_softmax(model(sequence)[0], axis=-1)
     positions = np.arange(len(prompt) - 1, len(prompt) - 1 + len(completion.token_ids))
     expected = np.asarray(logprobs)[positions, completion.token_ids]
     np.testing.assert_allclose(completion.logprobs, expected, rtol=1e-4, atol=1e-4)
+    assert len(completion.alternatives) == len(completion.token_ids)
+    for position, step in zip(positions, completion.alternatives, strict=True):  # the 4 most likely, in order
+        best = np.argsort(-np.asarray(logprobs)[position])[:4]
+        assert [token for token, _ in step] == best.tolist()
+        np.testing.assert_allclose([value for _, value in step], np.asarray(logprobs)[position, best], atol=1e-4)
 
 
 def test_seeds_temperature_top_k_and_top_p():

@@ -67,6 +67,19 @@ def test_chat_renders_with_the_chat_format_and_streams_the_same_text(client, smo
     assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) > 3  # token by token, not at once
 
 
+def test_top_logprobs_are_the_most_likely_tokens(client, smollm2_server):
+    reply = client.chat.completions.create(model=smollm2_server.name, messages=MESSAGES, max_tokens=6, temperature=0,
+                                           logprobs=True, top_logprobs=3)
+    for entry in reply.choices[0].logprobs.content:
+        values = [alternative.logprob for alternative in entry.top_logprobs]
+        assert len(values) == 3 and values == sorted(values, reverse=True)
+        assert entry.top_logprobs[0].token == entry.token and values[0] == pytest.approx(entry.logprob, abs=1e-5)
+    text = client.completions.create(model=smollm2_server.name, prompt="1, 2, 3,", max_tokens=4, temperature=0,
+                                     logprobs=2).choices[0].logprobs
+    assert all(len(top) == 2 and max(top.values()) == pytest.approx(lp, abs=1e-5)
+               for top, lp in zip(text.top_logprobs, text.token_logprobs, strict=True))  # greedy: the best is taken
+
+
 def test_completion_stream_with_a_stop_string(client, smollm2_server):
     kwargs = {"model": smollm2_server.name, "prompt": "1, 2, 3, 4, 5, 6, 7,", "max_tokens": 24, "temperature": 0}
     full = client.completions.create(**kwargs).choices[0].text
@@ -102,7 +115,7 @@ def test_bad_requests_get_openai_errors(client, smollm2_server):
     with pytest.raises(openai.BadRequestError, match="token ids"):
         client.completions.create(model=name, prompt=[10**9], max_tokens=2)
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
-        client.chat.completions.create(model=name, messages=MESSAGES, logprobs=True, top_logprobs=3)
+        client.chat.completions.create(model=name, messages=MESSAGES, logprobs=True, top_logprobs=30)
     raw = httpx.post(f"{smollm2_server.url}/chat/completions", content=b"{not json", timeout=10,
                      headers={"content-type": "application/json"})
     assert raw.status_code == 400 and "message" in raw.json()["error"]
