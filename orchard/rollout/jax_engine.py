@@ -21,7 +21,7 @@ from jax.sharding import Mesh
 from orchard.data.tokenizer import Tokenizer
 from orchard.models import from_pretrained
 from orchard.models.transformer import Transformer
-from orchard.rollout.sampler import Completion, Sampler, SamplingParams, StreamDelta
+from orchard.rollout.sampler import Completion, Sampler, SamplingParams, StreamDelta, collect
 
 
 @dataclass
@@ -58,15 +58,7 @@ class JaxEngine:
         return cls(from_pretrained(path, mesh=mesh, **overrides), tokenizer)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
-        completions = [Completion([], [], "length", "" if self.tokenizer else None,
-                                  [] if sampling.top_logprobs else None) for _ in prompts]
-        for delta in self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens):
-            old = completions[delta.row]
-            text = None if delta.text is None else old.text + delta.text
-            alternatives = None if delta.alternatives is None else old.alternatives + delta.alternatives
-            completions[delta.row] = Completion(old.token_ids + delta.token_ids, old.logprobs + delta.logprobs,
-                                                delta.finish_reason or old.finish_reason, text, alternatives)
-        return completions
+        return collect(self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens), len(prompts))
 
     def stream(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
                chunk_tokens: int = 1) -> Iterator[StreamDelta]:

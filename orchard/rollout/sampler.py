@@ -23,7 +23,7 @@ Not here yet: a token budget shared across requests (continuous batching).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -175,6 +175,21 @@ class StreamDelta:
     alternatives: Alternatives | None = None  # with SamplingParams.top_logprobs
 
 
+def collect(deltas: Iterable[StreamDelta], rows: int) -> list[Completion]:
+    """Join each row's stream deltas into its completion."""
+    parts: list[list[StreamDelta]] = [[] for _ in range(rows)]
+    for delta in deltas:
+        parts[delta.row].append(delta)
+    completions = []
+    for row in parts:
+        finish = next((d.finish_reason for d in reversed(row) if d.finish_reason), "length")
+        text = None if not row or row[0].text is None else "".join(d.text for d in row)
+        alternatives = None if not row or row[0].alternatives is None else [a for d in row for a in d.alternatives]
+        completions.append(Completion([t for d in row for t in d.token_ids], [lp for d in row for lp in d.logprobs],
+                                      finish, text, alternatives))
+    return completions
+
+
 class Sampler:
     """Generates continuations of token-id prompts with a :class:`~orchard.models.Transformer`."""
 
@@ -198,14 +213,7 @@ class Sampler:
             raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size})")
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        completions = [Completion([], [], "length", alternatives=[] if params.top_logprobs else None)
-                       for _ in prompts]
-        for delta in self.stream(prompts, params, chunk_tokens=params.max_tokens):
-            done = completions[delta.row]
-            alternatives = None if delta.alternatives is None else done.alternatives + delta.alternatives
-            completions[delta.row] = Completion(done.token_ids + delta.token_ids, done.logprobs + delta.logprobs,
-                                                delta.finish_reason or done.finish_reason, None, alternatives)
-        return completions
+        return collect(self.stream(prompts, params, chunk_tokens=params.max_tokens), len(prompts))
 
     def stream(self, prompts: list[list[int]], params: SamplingParams,
                chunk_tokens: int = 1) -> Iterator[StreamDelta]:
