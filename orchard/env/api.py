@@ -234,7 +234,8 @@ class SandboxSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    cpu: float = Field(1.0, gt=0, le=256)
+    cpu: float = Field(1.0, ge=0.1, le=256, description="Cores; at least 0.1, so the agent starts in seconds "
+                                                         "(a 5e-324 core quota, found by fuzzing, never did).")
     memory: str = Field("1Gi", description="Kubernetes-style quantity, between 16Mi and 1Ti.")
     pids: int = Field(1024, ge=16, le=1 << 20, description="Maximum number of tasks.")
     ttl: float = Field(600.0, gt=0, le=7 * 86_400, description="Seconds without heartbeat before reaping.")

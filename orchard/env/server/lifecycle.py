@@ -109,11 +109,12 @@ class SandboxManager:
         agent = self.agents.get(sandbox_id, record.agent_url, record.agent_token)
         deadline = time.monotonic() + timeout
         delay = 0.005
+        deleted = ProblemError(404, ErrorCode.SANDBOX_NOT_FOUND,
+                               f"sandbox {sandbox_id!r} was deleted while it started (a TTL of "
+                               f"{record.info.spec.ttl:g} s may be shorter than its start-up)")
         while True:
             if agent.session.closed:  # deleted while starting: by a client, or its TTL ran out first
-                raise ProblemError(404, ErrorCode.SANDBOX_NOT_FOUND,
-                                   f"sandbox {sandbox_id!r} was deleted while it started (a TTL of "
-                                   f"{record.info.spec.ttl:g} s may be shorter than its start-up)")
+                raise deleted
             try:
                 async with agent.session.get(f"{agent.base_url}/health",
                                              timeout=aiohttp.ClientTimeout(total=2.0)) as response:
@@ -121,8 +122,8 @@ class SandboxManager:
                         break
             except AgentError:
                 pass
-            except RuntimeError:  # "Session is closed": the deletion happened during this request
-                continue
+            except RuntimeError as exc:  # "Session is closed": the deletion happened during this request
+                raise deleted from exc
             failure = await self.backend.failure(handle)
             if failure is not None or time.monotonic() > deadline:
                 detail = failure or f"agent not ready after {timeout:.0f}s"

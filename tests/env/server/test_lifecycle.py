@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from orchard.env import SandboxNotFound, local_server
+from orchard.env import InvalidRequest, SandboxNotFound, local_server
 from orchard.env.api import SandboxSpec
 from orchard.env.backends.local import LocalBackend
 from tests.conftest import process_alive, require_root, wait_until
@@ -56,6 +56,12 @@ def test_a_ttl_shorter_than_start_up_is_a_clear_error_not_a_500(client):
             assert "deleted while it started" in str(exc)
         else:  # it became ready before the reaper ran: then the reaper takes it
             wait_until(lambda sb=sb: sb.id not in {info.id for info in client.list()}, what="reaping")
+
+
+def test_a_cpu_quota_too_small_to_start_is_refused(client):
+    """Found by the fuzz test: ``cpu=5e-324`` was accepted, and the agent never started in time."""
+    with pytest.raises(InvalidRequest, match="cpu"):
+        client.create(cpu=0.01)
 
 
 def test_heartbeats_extend_the_ttl(client):
