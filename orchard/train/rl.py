@@ -209,3 +209,15 @@ async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instan
             bar.update()
     checkpointer.close()
     return last
+
+
+async def evaluate(workers: RolloutWorkers, instances: Sequence[SWEInstance], samples: int = 1,
+                   seed: int = 0) -> dict[str, float]:
+    """Held-out resolve rate of the workers' policy: ``samples`` graded episodes per instance."""
+    runs = await asyncio.gather(*(workers.rollouts(instance, samples, seed=seed * 1000 + index * samples)
+                                  for index, instance in enumerate(instances)))
+    rollouts = [r for per_instance in runs for r in per_instance]
+    solved = [r.trajectory.outcome.resolved for r in rollouts]
+    return {"resolve_rate": statistics.fmean(solved) if solved else 0.0, "episodes": float(len(rollouts)),
+            "tasks_solved": float(sum(any(r.trajectory.outcome.resolved for r in per) for per in runs)),
+            "turns": statistics.fmean(r.trajectory.num_actions for r in rollouts) if rollouts else 0.0}

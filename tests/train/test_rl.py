@@ -78,6 +78,32 @@ def test_one_rl_step_in_real_sandboxes(orchestrator, tmp_path):
     assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(served, learned, strict=True))
 
 
+def test_evaluate_measures_the_resolve_rate_of_a_policy(orchestrator, tmp_path):
+    """The oracle teacher as the policy: its clean runs resolve every held-out task."""
+    from orchard.tasks.swe.oracle import OracleTeacher
+    from orchard.train.rl import evaluate
+
+    instances, _ = generate_task_set([resolve_source("stockroom")], 2, str(tmp_path), seed=4, tests_visible=True)
+
+    class Oracle:  # one policy for every task, as an evaluated model is
+        name = "oracle"
+
+        async def act(self, conversation, *, max_context=None):
+            task = next(i for i in instances if i.problem_statement in conversation.messages[1].content)
+            return await OracleTeacher(task, "bash").act(conversation, max_context=max_context)
+
+    async def run(policy) -> dict:
+        client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
+        try:
+            return await evaluate(RolloutWorkers(client, BashHarness(), policy, Limits(max_steps=12), 2), instances)
+        finally:
+            await client.aclose()
+
+    result = asyncio.run(run(Oracle()))
+    assert result == {"resolve_rate": 1.0, "episodes": 2.0, "tasks_solved": 2.0, "turns": result["turns"]}
+    assert result["turns"] >= 5
+
+
 def test_train_rl_writes_metrics_and_resumes(orchestrator, tmp_path):
     from configs.swe_bar import get_config
     from orchard.train.metrics import read_metrics
