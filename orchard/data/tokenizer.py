@@ -11,10 +11,10 @@ import bisect
 import itertools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
-from tokenizers import AddedToken, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
 GGUF_CONTROL = 3  # llama.cpp token type of control (special) tokens
@@ -87,6 +87,23 @@ class Tokenizer:
                   "add_bos_token": False, "clean_up_tokenization_spaces": False}
         with open(os.path.join(path, "tokenizer_config.json"), "w") as handle:
             json.dump(config, handle, indent=2)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int,
+              special_tokens: Sequence[str] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+              eos_token: str = "<|im_end|>") -> Tokenizer:
+        """A byte-level BPE of ``vocab_size`` tokens learnt from ``texts``, with GPT-2's
+        pre-tokenisation (as SmolLM2 and Qwen use) and every byte in the base alphabet, so any text
+        encodes. For models trained from scratch on a narrow domain: a 2K vocabulary makes the output
+        layer, which dominates a tiny model's compute, 24x cheaper than SmolLM2's 49K."""
+        backend = HFTokenizer(models.BPE())
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        backend.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(special_tokens), show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        backend.train_from_iterator(texts, trainer)
+        backend.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in special_tokens])
+        return cls(backend, eos_token=eos_token)
 
     @classmethod
     def from_gguf(cls, path: str) -> Tokenizer:

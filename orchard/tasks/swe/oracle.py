@@ -14,6 +14,9 @@ environment interaction without an API key. Variants make the data realistic:
   still fail, and submits anyway. These are the unresolved trajectories whose rise segments cover
   only the localisation.
 
+``brief=True`` drops the two test runs (reproduce, re-check): search, read, edit, submit. It gives
+the short trajectories a tiny model can learn from in minutes (``configs/swe_bar.py:tiny``).
+
 The edits are in each harness's own idiom: a patch applied with ``git apply`` from a heredoc in the
 bash harness, ``str_replace_editor`` calls (one per hunk) in the CodeAct harness.
 """
@@ -99,6 +102,22 @@ def _symbol(instance: SWEInstance, hunk: Hunk) -> str:
     return hunk.path.rsplit("/", 1)[-1]
 
 
+def _sed_script(hunk: Hunk, number: int) -> str | None:
+    """A ``sed`` script for a one-line fix, as engineers write them: addressed by the enclosing
+    ``def`` when the bug is the first line after it (``/def f(/{n;s/.*/NEW/}``), else by line
+    number; ``None`` for larger fixes (which go through ``git apply``)."""
+    removed = [line for line in hunk.old if line not in hunk.new]
+    added = [line for line in hunk.new if line not in hunk.old]
+    if len(removed) != 1 or len(added) != 1:
+        return None
+    replacement = re.sub(r"([\\/&])", r"\\\1", added[0])
+    index = number - hunk.old_start
+    previous = hunk.old[index - 1] if 0 < index <= len(hunk.old) else ""
+    if match := re.match(r"\s*(?:async\s+)?def\s+(\w+)\(", previous):
+        return f"/def {match.group(1)}(/{{n;s/.*/{replacement}/}}"
+    return f"{number}s/.*/{replacement}/"
+
+
 @dataclass(frozen=True)
 class Step:
     thought: str
@@ -109,9 +128,10 @@ class Step:
 class OracleTeacher:
     """A :class:`~orchard.harness.core.Policy` that plays the plan for one instance."""
 
-    def __init__(self, instance: SWEInstance, style: Style, variant: Variant = "clean", seed: int = 0) -> None:
-        self.instance, self.style, self.variant = instance, style, variant
-        self.name = f"oracle-{variant}"
+    def __init__(self, instance: SWEInstance, style: Style, variant: Variant = "clean", seed: int = 0, *,
+                 brief: bool = False) -> None:
+        self.instance, self.style, self.variant, self.brief = instance, style, variant, brief
+        self.name = f"oracle-{variant}{'-brief' if brief else ''}"
         self.plan = self._plan(random.Random(f"{instance.instance_id}:{style}:{variant}:{seed}"))
 
     def _plan(self, rng: random.Random) -> list[Step]:
@@ -129,18 +149,27 @@ class OracleTeacher:
                             {"command": "cat README* 2>/dev/null | head -40 || true"}),
                        Step("Let me check the recent history.", "bash", {"command": "git log --oneline | head"})]
             steps[1:1] = rng.sample(detours, rng.randint(1, len(detours)))
-        steps.append(self._view(first.path, start, end))
+        if self.brief:
+            steps.pop(0)
+        steps.append(Step("", "view", {"path": first.path, "start": start, "end": end, "bug": buggy_line(first)[0]}))
         if self.variant == "fail":
             steps.append(self._wrong_edit(first))
         else:
             steps += [self._edit(hunk) for hunk in hunks]
-        steps.append(Step("Let me run the tests again.", "bash", {"command": f"python -m pytest -q {tests}"}))
+        if not self.brief:
+            steps.append(Step("Let me run the tests again.", "bash", {"command": f"python -m pytest -q {tests}"}))
         steps.append(Step("The change is done; submitting." if self.variant != "fail"
                           else "I could not make the tests pass; submitting what I have.", "finish", {}))
         return steps
 
-    def _view(self, path: str, start: int, end: int) -> Step:
-        thought = f"Let me read the code around line {start + 8} of {path}."
+    def _view(self, path: str, start: int, end: int, bug: int, conversation: Conversation) -> Step:
+        """Read the buggy code: from the definition the search found, as an engineer reads on from a
+        grep hit (and far enough to cover the bug), or around the bug when the search missed it."""
+        hits = [int(m) for message in conversation.messages if message.role != "assistant"
+                for m in re.findall(rf"^(?:\./)?{re.escape(path)}:(\d+):", message.content or "", re.MULTILINE)]
+        if hits and hits[-1] <= bug:
+            start, end = hits[-1], max(hits[-1] + 15, end)
+        thought = f"Let me read {path} from line {start}."
         if self.style == "bash":
             return Step(thought, "bash", {"command": f"nl -ba {shlex.quote(path)} | sed -n '{start},{end}p'"})
         return Step(thought, "edit", {"command": "view", "path": f"{REPO_DIR}/{path}", "view_range": [start, end]})
@@ -151,6 +180,8 @@ class OracleTeacher:
         if self.style == "codeact":
             return Step(thought, "edit", {"command": "str_replace", "path": f"{REPO_DIR}/{hunk.path}",
                                           "old_str": "\n".join(hunk.old), "new_str": "\n".join(hunk.new)})
+        if (script := _sed_script(hunk, number)) is not None:
+            return Step(thought, "bash", {"command": f"sed -i {shlex.quote(script)} {shlex.quote(hunk.path)}"})
         patch = self._hunk_patch(hunk)
         return Step(thought, "bash", {"command": f"cat > /tmp/fix.patch <<'PATCH'\n{patch}PATCH\ngit apply /tmp/fix.patch"})
 
@@ -184,6 +215,8 @@ class OracleTeacher:
     async def act(self, conversation: Conversation, *, max_context: int | None = None) -> Turn:
         index = sum(m.role == "assistant" for m in conversation.messages)
         step = self.plan[min(index, len(self.plan) - 1)]
+        if step.tool == "view":
+            step = self._view(**step.arguments, conversation=conversation)
         if self.style == "bash":
             command = SUBMIT_COMMAND if step.tool == "finish" else step.arguments["command"]
             return Turn(Message(role="assistant", content=f"THOUGHT: {step.thought}\n\n```bash\n{command}\n```"))

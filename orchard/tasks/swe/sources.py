@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from importlib import resources
 
-SHIPPED = ("intervals", "minicalc", "textkit", "stockroom")
+SHIPPED = ("intervals", "minicalc", "textkit", "stockroom", "opkit")
 DEFAULT_IGNORE = ("__pycache__", "*.pyc", "*.pyo", "*.so", "*.pyd", "*.dylib", ".pytest_cache", "*.egg-info")
 _TEST_DIRS = ("tests", "test")
 

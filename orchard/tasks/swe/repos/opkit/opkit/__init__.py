@@ -1,0 +1,1 @@
+"""opkit: named one-line helpers."""
