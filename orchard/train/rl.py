@@ -19,6 +19,7 @@ tokens per second, and the time split between rollouts and learning.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import statistics
@@ -34,14 +35,16 @@ from tqdm.auto import tqdm
 
 from orchard.data.chat import ChatMLFormat, Qwen3Format
 from orchard.data.tokenizer import Tokenizer
-from orchard.data.trajectory import Trajectory
+from orchard.data.trajectory import Outcome, Trajectory
 from orchard.env.client import AsyncSandboxClient
 from orchard.harness.core import Harness, Limits, Policy
 from orchard.harness.policies import EnginePolicy
 from orchard.models.sharding import make_mesh
 from orchard.models.shipped import resolve
+from orchard.models.weights import save_pretrained
 from orchard.rollout.engine import RolloutEngine
 from orchard.rollout.jax_engine import JaxEngine
+from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
 from orchard.rollout.sampler import SamplingParams
 from orchard.tasks.swe.collect import collect_one
 from orchard.tasks.swe.instance import SWEInstance
@@ -54,6 +57,7 @@ from orchard.train.sft import build_model
 from orchard.train.state import TrainState, batch_sharding, init_state, make_optimizer, make_train_step
 
 INFRASTRUCTURE = {"policy_error", "sandbox_error"}
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,19 +79,37 @@ def score(trajectory: Trajectory) -> ScoredRollout:
 
 
 class RolloutWorkers:
-    """Graded episodes of one policy and harness, at most ``concurrency`` sandboxes at a time."""
+    """Graded episodes of one policy and harness, at most ``concurrency`` sandboxes at a time.
+
+    A rollout never raises. The agent's own wall clock is ``limits.time_limit`` (running out is the
+    policy's failure: reward -1). The whole rollout, with sandbox set-up and grading, gets
+    ``rollout_seconds``; past it, or when the sandbox or the grader fails, the rollout comes back
+    with reward ``None`` (dropped) and ``end_reason`` ``sandbox_error``. The sandbox is deleted in
+    every case (:func:`~orchard.harness.episode.run_episode`).
+    """
 
     def __init__(self, client: AsyncSandboxClient, harness: Harness, policy: Policy, limits: Limits,
-                 concurrency: int) -> None:
+                 concurrency: int, rollout_seconds: float | None = None) -> None:
         self.client, self.harness, self.policy, self.limits = client, harness, policy, limits
         self.gate = asyncio.Semaphore(concurrency)
+        self.rollout_seconds = rollout_seconds
         self.spent = 0
 
     async def rollouts(self, instance: SWEInstance, count: int, seed: int) -> list[ScoredRollout]:
         async def one(index: int) -> ScoredRollout:
             async with self.gate:
-                trajectory = await collect_one(self.client, instance, self.harness, self.policy, self.limits,
-                                               seed=seed + index)
+                try:
+                    async with asyncio.timeout(self.rollout_seconds):
+                        trajectory = await collect_one(self.client, instance, self.harness, self.policy,
+                                                       self.limits, seed=seed + index)
+                except Exception as exc:  # TimeoutError included: infrastructure, not the policy
+                    log.warning("rollout %s/%d failed: %s: %s", instance.instance_id, seed + index,
+                                type(exc).__name__, exc)
+                    trajectory = Trajectory(task_id=instance.instance_id, policy=self.policy.name,
+                                            harness=self.harness.name, messages=[],
+                                            outcome=Outcome(status="aborted"),
+                                            metadata={"end_reason": "sandbox_error", "seed": seed + index,
+                                                      "error": f"{type(exc).__name__}: {exc}"})
             return score(trajectory)
 
         start, self.spent = self.spent, self.spent + count
@@ -144,7 +166,13 @@ async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, 
     groups = await gather_groups(workers, sampler, chosen, seed * 1000 + step)
     rollout_s = time.perf_counter() - started
     metrics = group_metrics(groups)
-    batch = policy_rows([g for g in groups if g.group], chat_format, seq_len, rows)
+    trained = [g for g in groups if g.group]
+    if not trained:  # e.g. dynamic filtering dropped every prompt: no update, the same weights
+        log.warning("step %d: every group was dropped; no update", step)
+        metrics.update({"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "trained_tokens": 0.0, "rollout_s": rollout_s,
+                        "learn_s": 0.0, "tokens_per_s": 0.0})
+        return state, StepResult(groups, metrics)
+    batch = policy_rows(trained, chat_format, seq_len, rows)
     started = time.perf_counter()
     state, learner = train_step(state, jax.device_put({k: v[None] for k, v in batch.items()}, batch_sharding(mesh)))
     learner = {k: float(v) for k, v in jax.device_get(learner).items()}
@@ -154,6 +182,18 @@ async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, 
                     "trained_tokens": learner["tokens"], "rollout_s": rollout_s, "learn_s": learn_s,
                     "tokens_per_s": float(batch["loss_mask"].sum()) / max(rollout_s + learn_s, 1e-9)})
     return state, StepResult(groups, metrics)
+
+
+def make_engine(config: Any, model: Any, tokenizer: Tokenizer) -> RolloutEngine:
+    """The rollout engine a config names: ``jax`` (in process, over the learner's own model) or
+    ``vllm`` / ``openai`` (a server at ``url`` serving ``served_model``, whose weights are synced by
+    writing safetensors to ``weights_dir``, the directory it serves, and asking it to reload)."""
+    if config.kind == "jax":
+        return JaxEngine(model, tokenizer)
+    if config.kind in ("vllm", "openai"):
+        return OpenAIEngine(config.url, config.served_model, api_key=config.get("api_key", "EMPTY"),
+                            weight_sync=ReloadFromDisk(config.weights_dir))
+    raise ValueError(f"unknown rollout engine {config.kind!r}: jax, vllm or openai")
 
 
 def make_sampler(config: Any) -> GroupSampler:
@@ -168,21 +208,23 @@ def make_sampler(config: Any) -> GroupSampler:
 
 
 async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instances: Sequence[SWEInstance],
-                   harness: Harness) -> dict[str, float]:
+                   harness: Harness, export_dir: str | None = None) -> dict[str, float]:
     """Run ``config.num_steps`` RL steps in ``workdir`` (resuming from its checkpoints); return the
-    last step's metrics.
+    last step's metrics. With ``export_dir``, the final policy is written there as an HF directory.
 
-    The policy is the in-process :class:`~orchard.rollout.jax_engine.JaxEngine` over the learner's
-    own parameters, so the weight sync after each update is immediate.
+    The rollout engine is ``config.engine`` (:func:`make_engine`): on the embedded default the
+    in-process :class:`~orchard.rollout.jax_engine.JaxEngine` over the learner's own parameters, so
+    the weight sync after each update is immediate; on clusters a vLLM server.
     """
     rl = config.rl
     mesh = make_mesh(config.mesh.fsdp, config.mesh.tp)
     model = build_model(config.model, config.seed)
-    tokenizer = Tokenizer.from_pretrained(resolve(config.tokenizer))
+    tokenizer = Tokenizer.from_pretrained(resolve(config.tokenizer.path))
     chat = Qwen3Format(tokenizer)
-    engine = JaxEngine(model, tokenizer)
+    engine = make_engine(config.engine, model, tokenizer)
     policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=rl.max_new_tokens, temperature=rl.temperature,
-                                                       seed=config.seed))
+                                                       seed=config.seed),
+                          concurrency=1 if config.engine.kind == "jax" else rl.concurrency)
     optimizer, schedule = make_optimizer(config.optim.peak_lr, config.optim.final_lr, config.optim.warmup_steps,
                                          config.num_steps, config.optim.weight_decay, config.optim.clip_norm)
     graphdef, state = init_state(model, optimizer, mesh)
@@ -192,7 +234,8 @@ async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instan
         engine.update_weights(nnx.merge(graphdef, state.params))
     train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss(rl.eps_low, rl.eps_high))
     limits = Limits(max_steps=rl.max_turns, max_tokens=rl.max_context, time_limit=rl.episode_seconds)
-    workers = RolloutWorkers(client, harness, policy, limits, rl.concurrency)
+    workers = RolloutWorkers(client, harness, policy, limits, rl.concurrency,
+                             rollout_seconds=rl.episode_seconds * 2)
     sampler = make_sampler(rl.sampler)
     last: dict[str, float] = {}
     with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=int(state.step), desc="rl",
@@ -208,6 +251,8 @@ async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instan
                             refresh=False)
             bar.update()
     checkpointer.close()
+    if export_dir:
+        save_pretrained(nnx.merge(graphdef, state.params), export_dir)
     return last
 
 

@@ -36,7 +36,7 @@ from ml_collections import ConfigDict
 from tqdm import tqdm
 
 from orchard.data.pipeline import make_dataset
-from orchard.models import ModelConfig, Transformer, from_pretrained
+from orchard.models import ModelConfig, Transformer, from_pretrained, save_pretrained
 from orchard.models.sharding import make_mesh
 from orchard.train.checkpoint import Checkpointer
 from orchard.train.metrics import MetricsWriter
@@ -64,9 +64,11 @@ def evaluate(eval_step, params: Any, config: ConfigDict, mesh) -> float:
     return total / max(tokens, 1.0)
 
 
-def train_and_evaluate(config: ConfigDict, workdir: str) -> dict[str, float]:
+def train_and_evaluate(config: ConfigDict, workdir: str, export_dir: str | None = None) -> dict[str, float]:
     """Train for ``config.num_steps`` steps in ``workdir`` (resuming from its checkpoints); return the
-    last logged metrics."""
+    last logged metrics. With ``export_dir``, the final model is also written there as an HF
+    directory (``config.json`` and safetensors) that ``from_pretrained``, ``orchard serve`` and vLLM
+    load."""
     os.makedirs(workdir, exist_ok=True)
     mesh = make_mesh(config.mesh.fsdp, config.mesh.tp)
     model = build_model(config.model, config.seed)
@@ -104,4 +106,6 @@ def train_and_evaluate(config: ConfigDict, workdir: str) -> dict[str, float]:
             checkpointer.save(step, state, data, force=step == config.num_steps)
             bar.update()
     checkpointer.close()
+    if export_dir:
+        save_pretrained(nnx.merge(graphdef, state.params), export_dir)
     return last

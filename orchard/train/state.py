@@ -32,8 +32,10 @@ def make_optimizer(peak_lr: float, final_lr: float, warmup_steps: int, total_ste
                    clip_norm: float, b1: float = 0.9, b2: float = 0.95) -> tuple[optax.GradientTransformation,
                                                                                  optax.Schedule]:
     """AdamW with linear warmup then cosine decay from ``peak_lr`` to ``final_lr``, after global-norm
-    clipping."""
-    schedule = optax.warmup_cosine_decay_schedule(0.0, peak_lr, max(warmup_steps, 1), max(total_steps, warmup_steps + 1),
+    clipping. The warmup starts at ``peak_lr / warmup_steps``, not 0, so the first update is not
+    wasted (with one warmup step, there is no warmup)."""
+    warmup = max(warmup_steps, 1)
+    schedule = optax.warmup_cosine_decay_schedule(peak_lr / warmup, peak_lr, warmup, max(total_steps, warmup + 1),
                                                   end_value=final_lr)
     optimizer = optax.chain(optax.clip_by_global_norm(clip_norm),
                             optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay))

@@ -130,3 +130,28 @@ def test_the_clipped_loss_pushes_sampled_tokens_by_their_advantage():
     assert all(float(jnp.max(jnp.abs(g))) == 0.0 for g in jax.tree.leaves(grads))
     dropped = {**batch, "old_logprobs": logp, "advantages": jnp.ones((2, 8)), "loss_mask": jnp.zeros((2, 8))}
     assert float(loss_fn(graphdef, params, dropped)[1]) == 0.0
+
+
+def test_the_policy_loss_equals_a_numpy_reference():
+    cfg = ModelConfig(model_type="llama", vocab_size=40, hidden_size=16, intermediate_size=32, num_layers=1,
+                      num_heads=2, num_kv_heads=1, head_dim=8, dtype="float32")
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(1)), nnx.Param)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, 40, (3, 10))
+    targets = np.roll(tokens, -1, axis=1)
+    mask = (rng.random((3, 10)) < 0.7).astype(np.float32)
+    old = rng.normal(-3.7, 0.4, (3, 10)).astype(np.float32)  # ratios on both sides of both clip bounds
+    advantages = np.repeat(group_advantages([1.0, -1.0, -1.0]), 10).reshape(3, 10).astype(np.float32)
+    batch = {"tokens": jnp.asarray(tokens), "targets": jnp.asarray(targets), "positions": jnp.tile(jnp.arange(10), (3, 1)),
+             "segment_ids": jnp.ones((3, 10), jnp.int32), "loss_mask": jnp.asarray(mask),
+             "old_logprobs": jnp.asarray(old), "advantages": jnp.asarray(advantages)}
+    loss, count = make_policy_loss(0.2, 0.28)(graphdef, params, batch)
+
+    logits = np.asarray(nnx.merge(graphdef, params)(jnp.asarray(tokens)), np.float64)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+    ratio = np.exp(np.take_along_axis(logp, targets[..., None], -1)[..., 0] - old)
+    assert (ratio < 0.8).any() and (ratio > 1.28).any()
+    surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.28) * advantages)
+    assert float(count) == mask.sum()
+    assert float(loss) == pytest.approx(-(surrogate * mask).sum(), rel=1e-4)

@@ -112,7 +112,8 @@ def test_train_rl_writes_metrics_and_resumes(orchestrator, tmp_path):
     [instance], _ = generate_task_set([resolve_source("textkit")], 1, str(tmp_path / "tasks"), seed=3,
                                       tests_visible=True)
     config = get_config("tiny")
-    config.model.init.update({"hidden_size": 32, "intermediate_size": 64, "num_layers": 1})
+    config.tokenizer.path = "smollm2"
+    config.model.init.update({"vocab_size": 49152, "hidden_size": 32, "intermediate_size": 64, "num_layers": 1})
     config.num_steps, config.checkpoint_every = 1, 1
     config.rl.sampler.update({"name": "fixed", "group_size": 2})
     config.rl.update({"prompts_per_step": 1, "max_new_tokens": 16, "max_turns": 2, "seq_len": 2048, "rows": 2})
@@ -135,3 +136,93 @@ def test_train_rl_writes_metrics_and_resumes(orchestrator, tmp_path):
     assert all(metrics[s]["rollouts_per_group"] == 2 and metrics[s]["reward"] == -1.0 for s in metrics)
     assert {"informative_groups", "fallback_relaxed", "rollout_s", "learn_s", "tokens_per_s"} <= set(metrics[2])
     assert sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints"))) == [1, 2]
+
+
+class _Scripted:
+    """A policy that runs ``on_act`` before answering with one harmless command."""
+
+    name = "scripted"
+
+    def __init__(self, on_act) -> None:
+        self.on_act = on_act
+
+    async def act(self, conversation, *, max_context=None):
+        from orchard.data.trajectory import Message
+        from orchard.harness.core import Turn
+
+        await self.on_act()
+        return Turn(Message(role="assistant", content="THOUGHT: look.\n\n```bash\nls\n```"))
+
+
+def test_the_loop_survives_a_sandbox_that_dies_and_a_rollout_that_times_out(orchestrator, tmp_path):
+    [instance], _ = generate_task_set([resolve_source("minicalc")], 1, str(tmp_path), seed=2, tests_visible=True)
+
+    async def run():
+        client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
+        before = {info.id for info in await client.list()}
+        try:
+            async def kill_my_sandbox():  # the sandbox disappears under the running episode
+                for info in await client.list():
+                    if info.id not in before:
+                        await client.delete(info.id)
+
+            async def hang():
+                await asyncio.sleep(30)
+
+            killed = RolloutWorkers(client, BashHarness(), _Scripted(kill_my_sandbox), Limits(max_steps=3), 1)
+            slow = RolloutWorkers(client, BashHarness(), _Scripted(hang), Limits(max_steps=3, time_limit=1.0), 1)
+            stuck = RolloutWorkers(client, BashHarness(), _Scripted(hang), Limits(max_steps=3), 1, rollout_seconds=3.0)
+            results = [await workers.rollouts(instance, 1, seed=0) for workers in (killed, slow, stuck)]
+            return results, {info.id for info in await client.list()} - before
+        finally:
+            await client.aclose()
+
+    ([dead], [timed_out], [stuck]), leftover = asyncio.run(run())
+    assert dead.reward is None and dead.trajectory.metadata["end_reason"] == "sandbox_error"  # dropped
+    assert timed_out.reward == -1.0 and timed_out.status == "timed_out"  # too slow: the policy's failure
+    assert stuck.reward is None and "TimeoutError" in stuck.trajectory.metadata["error"]  # the rollout's budget
+    assert leftover == set()  # every sandbox deleted
+
+
+def test_an_rl_step_with_reward_variance_changes_the_parameters_and_syncs_them(orchestrator, tmp_path):
+    """A random tiny policy never resolves a task, so this grader double marks the first rollout
+    of each group resolved: the group has variance and the update is not zero."""
+    from orchard.train.bar import FixedGroup
+
+    class FirstResolves(FixedGroup):
+        async def sample(self, generate):
+            async def marked(k):
+                rollouts = await generate(k)
+                rollouts[0].reward = 1.0
+                return rollouts
+
+            return await super().sample(marked)
+
+    [instance], _ = generate_task_set([resolve_source("minicalc")], 1, str(tmp_path), seed=2, tests_visible=True)
+    tokenizer = Tokenizer.from_gguf(smollm2_gguf())
+    cfg = ModelConfig(model_type="llama", vocab_size=49152, hidden_size=32, intermediate_size=64, num_layers=1,
+                      num_heads=4, num_kv_heads=2, head_dim=8, max_position_embeddings=4096, dtype="float32")
+    chat, model = smollm2_format(tokenizer), Transformer(cfg, rngs=nnx.Rngs(0))
+    engine = JaxEngine(model, tokenizer)
+    policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=16, temperature=1.0))
+    mesh = make_mesh(1, 1)
+    optimizer, schedule = make_optimizer(1e-3, 1e-3, 1, 10, 0.0, 1.0)
+    graphdef, state = init_state(model, optimizer, mesh)
+    before = [np.asarray(x).copy() for x in jax.tree.leaves(state.params)]
+    train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
+
+    async def run():
+        client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
+        try:
+            workers = RolloutWorkers(client, BashHarness(), policy, Limits(max_steps=1), concurrency=2)
+            return await rl_step(1, state, train_step, graphdef, engine, workers, FirstResolves(2), [instance], chat,
+                                 mesh, prompts_per_step=1, seq_len=2048, rows=2, seed=0)
+        finally:
+            await client.aclose()
+
+    new_state, step = asyncio.run(run())
+    assert step.metrics["informative_groups"] == 1.0 and step.metrics["loss"] != 0.0, step.metrics
+    after = [np.asarray(x) for x in jax.tree.leaves(new_state.params)]
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))  # the update moved them
+    served = [np.asarray(x) for x in jax.tree.leaves(engine.sampler.state)]
+    assert all(np.array_equal(a, b) for a, b in zip(served, after, strict=True))  # and the engine has them
