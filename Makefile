@@ -30,12 +30,12 @@ system-deps:
 	fi
 
 run: system-deps $(STAMP)
-	$(PY) examples/quickstart.py
+	$(PY) experiments/swe_bar/run.py
 
 test: system-deps $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) tests/fixtures/chat/qwen3_tokenizer.py
-	$(PY) -m pytest $(PYTEST_ARGS)
+	ORCHARD_NOTEBOOK_SMALL=1 $(PY) -m pytest $(PYTEST_ARGS) tests notebooks --nbmake
 
 # google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own.
 TUNIX_VENV := .venv-bench-tunix

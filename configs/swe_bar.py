@@ -1,64 +1,116 @@
-r"""Orchard-SWE RL with Balanced Adaptive Rollout (BAR) on GRPO.
+r"""Orchard-SWE end to end: tasks, teacher trajectories, credit-assignment SFT, BAR RL, held-out eval.
 
-The RL stage (``orchard.train.rl.train_rl``) is built and tested; the one-command main job
-(``experiments/swe_bar/run.py``: tasks, collection, SFT, RL, held-out evaluation) is not written
-yet, so this config is used through the library for now.
+Command to run (the embedded default: local sandboxes, synthetic bugs in the shipped ``opkit``
+repository, a tiny model trained from scratch, CPU):
+
+  python experiments/swe_bar/run.py                    # = --config=configs/swe_bar.py:tiny
+  python experiments/swe_bar/run.py --workdir=runs/swe_bar_tiny --config.rl.sampler.name=fixed
+
+Each stage writes under the workdir and is skipped when its output is already there, so a killed
+run resumes at the stage (and, for SFT and RL, at the checkpoint) where it stopped. The run ends
+with a table (held-out resolve rate at init, after SFT and after RL; BAR's rollouts per group,
+fallbacks and informative-group fraction) and ``resolve_rate.png``. Measured numbers for this
+config are in README.md and docs/benchmarks.md.
 
 Variants:
-  tiny           CPU: a tiny model, local sandboxes, synthetic tasks.
-  qwen3_30b_a3b  the paper's setup: rollout batch 16, N = 8, N_max = 16, stride 16, window
-                 [0.375, 0.625], peak lr 1e-6 with cosine decay, 64K context, at most 150 steps.
-                 (On clusters: the vLLM engine and the Kubernetes backend.)
+  tiny           the default above.
+  qwen3_30b_a3b  the paper's setup: Qwen3-30B-A3B from an SFT checkpoint, rollouts from a vLLM
+                 server and sandboxes on the Kubernetes backend; rollout batch 16, N = 8,
+                 N_max = 16, stride 16, window [0.375, 0.625], peak lr 1e-6 with cosine decay, 64K
+                 context, at most 150 steps. On a workstation, ``--dry-run`` resolves and checks it
+                 without launching anything.
+
+The RL fields (``num_steps``, ``optim``, ``rl``) are the top level, as in ``orchard.train.rl``;
+``sft`` is a ``configs/swe_sft.py``-shaped block for stage 3.
 """
 
 from __future__ import annotations
 
 from ml_collections import ConfigDict
 
-from configs.swe_sft import TINY_MODEL
+# The tiny policy: 2 layers of width 64 over a 2K byte-level BPE trained on the task corpus. The
+# output layer over SmolLM2's 49K vocabulary would be 97% of its compute.
+TINY_POLICY = {"model_type": "llama", "vocab_size": 0, "hidden_size": 64, "intermediate_size": 192,
+               "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16, "tie_word_embeddings": True,
+               "max_position_embeddings": 2048}
 
 
 def get_config(arg: str | None = None) -> ConfigDict:
     variant = arg or "tiny"
     config = ConfigDict()
     config.seed = 0
-    config.num_steps = 20
-    config.checkpoint_every = 5
-    config.tokenizer = "smollm2"
+
+    # Stage 1: synthetic tasks, split by the test that catches the bug (no held-out helper is seen
+    # broken in training).
+    config.tasks = ConfigDict({"path": "", "sources": "opkit", "count": 112, "held_out_fraction": 0.25,
+                               "kinds": "swap_operator,change_constant,off_by_one,invert_condition",
+                               "tests_visible": True})
+
+    # Stage 2: teacher trajectories with the bash harness. No teacher URL: the oracle teacher.
+    config.teacher = ConfigDict({"url": "", "model": "teacher", "samples": 2, "variants": "clean,fail",
+                                 "brief": True, "concurrency": 4, "max_turns": 12})
+
+    # The tokenizer: a BPE of `train_vocab` tokens trained on the collected text, or `path`.
+    config.tokenizer = ConfigDict({"path": "", "train_vocab": 2048})
 
     config.model = ConfigDict()
-    config.model.path = ""  # an SFT checkpoint exported with save_pretrained, or empty for model.init
-    config.model.init = ConfigDict(TINY_MODEL)
+    config.model.path = ""  # empty: a fresh model from model.init (vocab_size from the tokenizer)
+    config.model.init = ConfigDict(TINY_POLICY)
     config.model.dtype = "float32"
     config.model.param_dtype = "float32"
-
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1})
-    config.optim = ConfigDict({"peak_lr": 1e-4, "final_lr": 1e-5, "warmup_steps": 2, "weight_decay": 0.0,
-                               "clip_norm": 1.0})
 
+    # Stage 3: credit-assignment SFT (configs/swe_sft.py's fields).
+    config.sft = ConfigDict()
+    config.sft.num_steps = 200
+    config.sft.log_every = 10
+    config.sft.eval_every = 200
+    config.sft.checkpoint_every = 100
+    config.sft.data = ConfigDict({"eval_fraction": 0.05, "seq_len": 1024, "batch_size": 8, "grad_accum": 1,
+                                  "epsilon": 0.05})
+    config.sft.optim = ConfigDict({"peak_lr": 3e-3, "final_lr": 3e-4, "warmup_steps": 10, "weight_decay": 0.01,
+                                   "clip_norm": 1.0})
+
+    # Stage 4: BAR RL.
+    config.num_steps = 6
+    config.checkpoint_every = 3
+    config.optim = ConfigDict({"peak_lr": 3e-4, "final_lr": 3e-4, "warmup_steps": 1, "weight_decay": 0.0,
+                               "clip_norm": 1.0})
+    config.engine = ConfigDict({"kind": "jax"})
     config.rl = ConfigDict()
     config.rl.sampler = ConfigDict({"name": "bar", "group_size": 4, "max_budget": 8, "stride": 4,
                                     "rho_min": 0.25, "rho_max": 0.75})
-    config.rl.prompts_per_step = 2
+    config.rl.prompts_per_step = 4
     config.rl.concurrency = 4  # sandboxes in flight
-    config.rl.max_new_tokens = 256  # per turn
+    config.rl.max_new_tokens = 96  # per turn
     config.rl.temperature = 1.0
     config.rl.eps_low, config.rl.eps_high = 0.2, 0.28
-    config.rl.max_turns = 8
-    config.rl.max_context = 4096
+    config.rl.max_turns = 6
+    config.rl.max_context = 1536
     config.rl.episode_seconds = 120.0
-    config.rl.seq_len = 4096
-    config.rl.rows = 8  # prompts_per_step x group_size rollouts, one row each at most
+    config.rl.seq_len = 1536
+    config.rl.rows = 32  # prompts_per_step x max_budget rollouts fit, one row each at most
+
+    # Stage 5: held-out evaluation, with the rollouts' sampling.
+    config.eval = ConfigDict({"samples": 1, "temperature": 1.0})
+
+    # Where sandboxes run: empty url starts a local orchestrator (local backend).
+    config.env = ConfigDict({"url": "", "api_key": "", "backend": "local"})
 
     if variant == "tiny":
         pass
     elif variant == "qwen3_30b_a3b":
+        config.tasks.update({"path": "data/swe/instances.jsonl", "held_out_fraction": 0.0})
+        config.teacher.update({"url": "", "samples": 0})  # SFT ran upstream (configs/swe_sft.py:qwen3_30b_a3b)
+        config.tokenizer.update({"path": "checkpoints/qwen3_30b_a3b_sft", "train_vocab": 0})
         config.model.path = "checkpoints/qwen3_30b_a3b_sft"
-        config.tokenizer = config.model.path
         config.model.dtype = "bfloat16"
+        config.sft.num_steps = 0
         config.num_steps = 150
         config.checkpoint_every = 10
         config.optim.update({"peak_lr": 1e-6, "final_lr": 1e-7, "warmup_steps": 5})
+        config.engine = ConfigDict({"kind": "vllm", "url": "http://vllm.orchard.svc:8000/v1",
+                                    "served_model": "qwen3-30b-a3b", "weights_dir": "/weights/policy"})
         config.rl.sampler.update({"group_size": 8, "max_budget": 16, "stride": 16, "rho_min": 0.375,
                                   "rho_max": 0.625})
         config.rl.prompts_per_step = 16
@@ -66,9 +118,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.rl.max_new_tokens = 8192
         config.rl.max_turns = 100
         config.rl.max_context = config.rl.seq_len = 65536
-        config.rl.rows = 16 * 8
+        config.rl.rows = 16 * 16
         config.rl.episode_seconds = 3600.0
+        config.eval.update({"samples": 1})
         config.mesh.update({"fsdp": 32, "tp": 4})
+        config.env.update({"url": "http://orchard-env.orchard.svc:8080", "backend": "kubernetes"})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny or qwen3_30b_a3b")
     return config

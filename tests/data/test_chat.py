@@ -155,3 +155,16 @@ def test_parse_reasoning_content_and_tool_calls():
 def test_malformed_tool_calls_are_reported_not_raised(text):
     parsed = parse_assistant(text)
     assert parsed.tool_calls == [] and len(parsed.errors) == 1
+
+
+def test_a_trained_bpe_encodes_any_text_and_keeps_specials_out_of_it(tmp_path):
+    corpus = ["def add_3(x):\n    return x + 3\n", "grep -rn 'def add_3' --include=*.py ."] * 50
+    tokenizer = Tokenizer.train(corpus, 300)
+    assert 256 < tokenizer.vocab_size <= 300
+    for text in ["def add_3(x):", "unseen ünïcödé ✓ text\t\n", "<|im_end|> is text here"]:
+        assert tokenizer.decode(tokenizer.encode(text)) == text
+    assert tokenizer.token_id("<|im_end|>") not in tokenizer.encode("<|im_end|>")  # never forged from text
+    assert len(tokenizer.encode("def add_3(x):")) < len("def add_3(x):")  # it learnt merges
+    tokenizer.save_pretrained(str(tmp_path))
+    loaded = Tokenizer.from_pretrained(str(tmp_path))
+    assert loaded.encode(corpus[0]) == tokenizer.encode(corpus[0]) and loaded.eos_token == "<|im_end|>"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -75,3 +76,19 @@ def test_the_papers_filters():
     assert drop_reason(run(end_reason="token_limit", status="truncated")) == "over_token_limit"
     assert drop_reason(run(end_reason="submitted", format_errors=2)) == "format_errors"
     assert drop_reason(run(end_reason="time_limit", status="timed_out")) == "timed_out"
+
+
+def test_the_brief_plan_searches_reads_edits_and_submits(tmp_path):
+    [instance], _ = generate_task_set([resolve_source("opkit")], 1, str(tmp_path), seed=0, tests_visible=True,
+                                      kinds=("swap_operator",))
+    teacher = OracleTeacher(instance, "bash", brief=True)
+    assert teacher.name == "oracle-clean-brief"
+    [search, read, edit, submit] = teacher.plan
+    assert search.arguments["command"].startswith("grep -rn 'def ") and read.tool == "view"
+    assert "pytest" not in " ".join(str(step.arguments) for step in teacher.plan)
+    [hunk] = parse_patch(instance.patch)
+    name = re.search(r"def (\w+)", hunk.section or "\n".join(hunk.old)).group(1)
+    fixed = next(line for line in hunk.new if line not in hunk.old)
+    # The one-line fix is addressed by the enclosing def, as `sed -i '/def f(/{n;s/.*/NEW/}' path`.
+    assert edit.arguments["command"] == f"sed -i '/def {name}(/{{n;s/.*/{fixed}/}}' {hunk.path}"
+    assert submit.tool == "finish"

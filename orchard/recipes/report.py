@@ -1,0 +1,130 @@
+"""What the SWE recipe shows a person: a config check, the summary table and the resolve-rate plot."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from ml_collections import ConfigDict
+from rich.table import Table
+
+from orchard.recipes.swe import RecipeResult
+
+ENGINES = {"jax": (), "vllm": ("url", "served_model", "weights_dir"), "openai": ("url", "served_model", "weights_dir")}
+SAMPLERS = ("bar", "fixed", "dynamic")
+BACKENDS = ("local", "kubernetes")
+
+
+def check_config(config: ConfigDict) -> list[str]:
+    """Every inconsistency of a recipe config that would only surface hours into a run."""
+    problems = []
+    tasks, teacher, rl, sampler = config.tasks, config.teacher, config.rl, config.rl.sampler
+    if not tasks.path and not tasks.sources:
+        problems.append("tasks: set tasks.path (instances.jsonl) or tasks.sources")
+    if not 0.0 <= tasks.held_out_fraction < 1.0:
+        problems.append(f"tasks.held_out_fraction must be in [0, 1), got {tasks.held_out_fraction}")
+    if not config.tokenizer.path and config.tokenizer.train_vocab < 260:
+        problems.append("tokenizer: set tokenizer.path, or tokenizer.train_vocab >= 260 (256 bytes + specials)")
+    if not config.tokenizer.path and not teacher.samples:
+        problems.append("tokenizer: a trained tokenizer needs teacher text (teacher.samples > 0)")
+    if config.sft.num_steps and not teacher.samples:
+        problems.append("sft: SFT needs teacher trajectories (teacher.samples > 0), or set sft.num_steps = 0")
+    if not config.sft.num_steps and not config.model.path:
+        problems.append("model: without SFT, RL starts from model.path, which is empty")
+    if sampler.name not in SAMPLERS:
+        problems.append(f"rl.sampler.name must be one of {SAMPLERS}, got {sampler.name!r}")
+    if sampler.group_size < 2:
+        problems.append("rl.sampler.group_size must be at least 2 (GRPO compares rollouts within a group)")
+    if sampler.name == "bar":
+        if not 0.0 <= sampler.rho_min <= sampler.rho_max <= 1.0:
+            problems.append(f"BAR window [{sampler.rho_min}, {sampler.rho_max}] must satisfy 0 <= min <= max <= 1")
+        elif math.ceil(sampler.rho_min * sampler.group_size - 1e-9) > math.floor(
+                sampler.rho_max * sampler.group_size + 1e-9):
+            problems.append(f"BAR window [{sampler.rho_min}, {sampler.rho_max}] holds no positive count for "
+                            f"N = {sampler.group_size}")
+        if sampler.max_budget < sampler.group_size or sampler.stride < 1:
+            problems.append("BAR needs max_budget >= group_size and stride >= 1")
+    budget = sampler.max_budget if sampler.name == "bar" else sampler.group_size
+    if rl.rows < rl.prompts_per_step * sampler.group_size:
+        problems.append(f"rl.rows ({rl.rows}) < prompts_per_step x group_size "
+                        f"({rl.prompts_per_step * sampler.group_size}): a step's groups would not fit")
+    if rl.seq_len < rl.max_context:
+        problems.append(f"rl.seq_len ({rl.seq_len}) < rl.max_context ({rl.max_context}): long rollouts would not fit")
+    if not 0.0 <= rl.eps_low < 1.0 or rl.eps_high < 0.0:
+        problems.append(f"PPO clip range (eps_low {rl.eps_low}, eps_high {rl.eps_high}) is invalid")
+    if config.engine.kind not in ENGINES:
+        problems.append(f"engine.kind must be one of {tuple(ENGINES)}, got {config.engine.kind!r}")
+    else:
+        problems += [f"engine.{name} is required for a {config.engine.kind} engine"
+                     for name in ENGINES[config.engine.kind] if not config.engine.get(name)]
+    if config.env.backend not in BACKENDS:
+        problems.append(f"env.backend must be one of {BACKENDS}, got {config.env.backend!r}")
+    elif config.env.backend == "kubernetes" and not config.env.url:
+        problems.append("env.url (the orchestrator of the cluster) is required for the kubernetes backend")
+    if config.num_steps < 1:
+        problems.append("num_steps (RL steps) must be at least 1")
+    if rl.concurrency < 1 or budget < 1:
+        problems.append("rl.concurrency must be at least 1")
+    return problems
+
+
+def bar_summary(rl_metrics: dict[int, dict[str, float]]) -> dict[str, float]:
+    """Rollouts per group, fallback counts and informative-group fraction over the whole RL run."""
+    steps = list(rl_metrics.values())
+    if not steps:
+        return {}
+    return {"rollouts_per_group": statistics.fmean(m["rollouts_per_group"] for m in steps),
+            "fallback_relaxed": sum(m["fallback_relaxed"] for m in steps),
+            "fallback_top_ranked": sum(m["fallback_top_ranked"] for m in steps),
+            "informative_groups": statistics.fmean(m["informative_groups"] for m in steps)}
+
+
+def summary_table(result: RecipeResult) -> Table:
+    table = Table(title="Orchard-SWE: held-out resolve rate and BAR statistics")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    labels = {"init": "held-out resolve rate at init", "sft": "held-out resolve rate after SFT",
+              "rl": "held-out resolve rate after RL"}
+    for stage, label in labels.items():
+        if stage in result.held_out:
+            held = result.held_out[stage]
+            table.add_row(label, f"{held['resolve_rate']:.3f} ({int(held['episodes'])} episodes, "
+                                 f"{int(held['tasks_solved'])} tasks solved)")
+    for name, value in bar_summary(result.rl_metrics).items():
+        table.add_row(f"BAR {name.replace('_', ' ')}", f"{value:.2f}" if isinstance(value, float) else str(value))
+    table.add_row("tasks (train / held out)", f"{result.tasks['train']} / {result.tasks['held_out']}")
+    table.add_row("teacher trajectories (resolved)",
+                  f"{result.teacher['trajectories']} ({result.teacher['resolved']})")
+    for stage, seconds in result.seconds.items():
+        table.add_row(f"time: {stage}", f"{seconds:.0f} s")
+    return table
+
+
+def plot_curves(result: RecipeResult, path: str) -> str:
+    """Training reward and resolve rate against RL step, beside the held-out resolve rates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = sorted(result.rl_metrics)
+    figure, (curves, held) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
+    metric: dict[str, Any] = {name: [result.rl_metrics[s][name] for s in steps]
+                              for name in ("reward", "resolve_rate", "informative_groups")}
+    curves.plot(steps, metric["resolve_rate"], marker="o", label="resolve rate (training rollouts)")
+    curves.plot(steps, metric["reward"], marker="s", label="mean reward (+1 / -1)")
+    curves.plot(steps, metric["informative_groups"], linestyle="--", label="informative-group fraction")
+    curves.set_xlabel("RL step")
+    curves.set_ylim(-1.05, 1.05)
+    curves.axhline(0.0, color="grey", linewidth=0.5)
+    curves.legend(loc="lower right", fontsize=8)
+    curves.set_title("BAR RL")
+    stages = [s for s in ("init", "sft", "rl") if s in result.held_out]
+    held.bar(stages, [result.held_out[s]["resolve_rate"] for s in stages], color=["#999", "#4a8", "#36c"][:len(stages)])
+    held.set_ylim(0, 1)
+    held.set_title("held-out resolve rate")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -1,0 +1,86 @@
+"""The SWE recipe: its task split, its config checks, and the main job end to end on a reduced config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs.swe_bar import get_config
+from orchard.recipes.report import check_config
+from orchard.recipes.swe import split_tasks
+from orchard.tasks.swe.instance import SWEInstance
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_split_keeps_every_failing_test_on_one_side():
+    instances = [SWEInstance(instance_id=f"i{n}", repo="r", base_commit="c", problem_statement="",
+                             FAIL_TO_PASS=(f"tests/t.py::test_{n % 7}",)) for n in range(40)]
+    train, held = split_tasks(instances, 0.25, seed=1)
+    assert len(train) + len(held) == 40 and held
+    assert not {i.FAIL_TO_PASS[0] for i in train} & {i.FAIL_TO_PASS[0] for i in held}
+    assert len({i.FAIL_TO_PASS[0] for i in held}) == 2  # ceil(7 tests x 0.25)
+    assert split_tasks(instances, 0.25, seed=1) == (train, held)  # seeded
+
+
+@pytest.mark.parametrize("variant", ["tiny", "qwen3_30b_a3b"])
+def test_shipped_configs_pass_the_check(variant):
+    assert check_config(get_config(variant)) == []
+
+
+def test_the_check_names_each_problem():
+    config = get_config("qwen3_30b_a3b")
+    config.rl.sampler.update({"rho_min": 0.3, "rho_max": 0.36})  # no whole count of 8 in [2.4, 2.88]
+    config.rl.rows = 8
+    config.engine.url = ""
+    config.env.url = ""
+    problems = "\n".join(check_config(config))
+    assert "holds no positive count" in problems and "rl.rows (8)" in problems
+    assert "engine.url is required" in problems and "kubernetes backend" in problems
+
+
+def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
+    command = [sys.executable, "experiments/swe_bar/run.py", "--config=configs/swe_bar.py:qwen3_30b_a3b", "--dry-run",
+               f"--workdir={tmp_path / 'run'}"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "config OK" in done.stdout and "group_size: 8" in done.stdout and "kind: vllm" in done.stdout
+    assert not os.path.exists(tmp_path / "run")
+    bad = subprocess.run([*command, "--config.rl.sampler.max_budget=4"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "max_budget >= group_size" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_main_job_end_to_end(orchestrator, tmp_path):
+    workdir = tmp_path / "run"
+    overrides = {"tasks.count": 8, "teacher.samples": 2, "tokenizer.train_vocab": 400, "sft.num_steps": 4,
+                 "sft.eval_every": 4, "sft.log_every": 2, "sft.data.batch_size": 2, "num_steps": 1,
+                 "rl.prompts_per_step": 1, "rl.sampler.group_size": 2, "rl.sampler.max_budget": 4,
+                 "rl.sampler.stride": 2, "rl.rows": 4, "rl.max_turns": 2, "rl.max_new_tokens": 16,
+                 "eval.samples": 1, "env.url": orchestrator.base_url, "env.api_key": orchestrator.api_key}
+    command = [sys.executable, "experiments/swe_bar/run.py", f"--workdir={workdir}",
+               *(f"--config.{key}={value}" for key, value in overrides.items())]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "held-out resolve rate after RL" in done.stdout and "BAR rollouts per group" in done.stdout
+    summary = json.loads((workdir / "summary.json").read_text())
+    held = summary["tasks"]["held_out"]
+    assert held >= 1 and summary["tasks"]["train"] + held == 8
+    for stage in ("init", "sft", "rl"):
+        result = summary["held_out"][stage]
+        assert result["episodes"] == held and 0.0 <= result["resolve_rate"] <= 1.0
+    assert summary["teacher"]["trajectories"] == 2 * summary["tasks"]["train"]
+    assert summary["teacher"]["resolved"] == summary["tasks"]["train"]  # the clean variant resolves, fail does not
+    [step] = summary["rl_metrics"].values()
+    assert 2 <= step["rollouts_per_group"] <= 4 and "informative_groups" in step
+    for path in ("resolve_rate.png", "sft_model/config.json", "rl_model/tokenizer.json", "rl/metrics.jsonl"):
+        assert (workdir / path).exists(), path
+    # A second run over the same workdir finds every stage done and reports the same numbers.
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((workdir / "summary.json").read_text())["held_out"] == summary["held_out"]
