@@ -88,7 +88,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.max_turns = 6
     config.rl.max_context = 1536
     config.rl.episode_seconds = 120.0
-    config.rl.seq_len = 1536
+    config.rl.seq_len = 1600  # max_context and the template tokens that close the last turn
     config.rl.rows = 32  # prompts_per_step x max_budget rollouts fit, one row each at most
 
     # Stage 5: held-out evaluation, with the rollouts' sampling.
@@ -117,7 +117,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.rl.concurrency = 256
         config.rl.max_new_tokens = 8192
         config.rl.max_turns = 100
-        config.rl.max_context = config.rl.seq_len = 65536
+        config.rl.max_context, config.rl.seq_len = 65536 - 64, 65536
         config.rl.rows = 16 * 16
         config.rl.episode_seconds = 3600.0
         config.eval.update({"samples": 1})

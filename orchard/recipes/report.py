@@ -14,6 +14,7 @@ from orchard.recipes.swe import RecipeResult
 ENGINES = {"jax": (), "vllm": ("url", "served_model", "weights_dir"), "openai": ("url", "served_model", "weights_dir")}
 SAMPLERS = ("bar", "fixed", "dynamic")
 BACKENDS = ("local", "kubernetes")
+TEMPLATE_MARGIN = 8  # tokens the chat format adds after the last sampled token of a rollout
 
 
 def check_config(config: ConfigDict) -> list[str]:
@@ -49,8 +50,9 @@ def check_config(config: ConfigDict) -> list[str]:
     if rl.rows < rl.prompts_per_step * sampler.group_size:
         problems.append(f"rl.rows ({rl.rows}) < prompts_per_step x group_size "
                         f"({rl.prompts_per_step * sampler.group_size}): a step's groups would not fit")
-    if rl.seq_len < rl.max_context:
-        problems.append(f"rl.seq_len ({rl.seq_len}) < rl.max_context ({rl.max_context}): long rollouts would not fit")
+    if rl.seq_len < rl.max_context + TEMPLATE_MARGIN:
+        problems.append(f"rl.seq_len ({rl.seq_len}) < rl.max_context ({rl.max_context}) + {TEMPLATE_MARGIN} template "
+                        "tokens: the longest rollouts would not fit the learner's rows")
     if not 0.0 <= rl.eps_low < 1.0 or rl.eps_high < 0.0:
         problems.append(f"PPO clip range (eps_low {rl.eps_low}, eps_high {rl.eps_high}) is invalid")
     if config.engine.kind not in ENGINES:

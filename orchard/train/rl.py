@@ -123,13 +123,23 @@ class StepResult:
 
 
 async def gather_groups(workers: RolloutWorkers, sampler: GroupSampler, instances: Sequence[SWEInstance],
-                        step_seed: int) -> list[GroupResult]:
-    """One group per instance, sampled concurrently."""
+                        step_seed: int, spares: Sequence[SWEInstance] = ()) -> list[GroupResult]:
+    """One group per instance, sampled concurrently. A prompt the sampler drops (dynamic
+    filtering: no reward variance) is replaced by the next of ``spares``, while they last, as DAPO
+    draws new prompts; the dropped groups are returned too, so their rollouts are counted."""
+    queue = list(spares)
 
-    async def group(index: int, instance: SWEInstance) -> GroupResult:
-        return await sampler.sample(lambda k: workers.rollouts(instance, k, seed=step_seed * 100_000 + index * 1000))
+    async def group(index: int, instance: SWEInstance) -> list[GroupResult]:
+        results = []
+        while True:
+            seed = step_seed * 100_000 + index * 1000 + len(results) * 100
+            results.append(await sampler.sample(lambda k, inst=instance, seed=seed: workers.rollouts(inst, k, seed)))
+            if results[-1].group or not queue:
+                return results
+            instance = queue.pop(0)
 
-    return list(await asyncio.gather(*(group(i, inst) for i, inst in enumerate(instances))))
+    per_prompt = await asyncio.gather(*(group(i, inst) for i, inst in enumerate(instances)))
+    return [result for results in per_prompt for result in results]
 
 
 def group_metrics(groups: Sequence[GroupResult]) -> dict[str, float]:
@@ -143,6 +153,7 @@ def group_metrics(groups: Sequence[GroupResult]) -> dict[str, float]:
         "fallback_relaxed": float(sum(g.fallback == "relaxed" for g in groups)),
         "fallback_top_ranked": float(sum(g.fallback == "top_ranked" for g in groups)),
         "groups_dropped": float(sum(not g.group for g in groups)),
+        "rollouts_per_update": sum(g.spent for g in groups) / max(sum(bool(g.group) for g in groups), 1),
     }
 
 
@@ -161,9 +172,10 @@ async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, 
                   chat_format: ChatMLFormat, mesh: Any, *, prompts_per_step: int, seq_len: int, rows: int,
                   seed: int) -> tuple[TrainState, StepResult]:
     """Rollouts, one GRPO update and the weight sync; returns the new state and the step's metrics."""
-    chosen = random.Random(seed * 1_000_003 + step).sample(list(instances), min(prompts_per_step, len(instances)))
+    drawn = random.Random(seed * 1_000_003 + step).sample(list(instances), min(2 * prompts_per_step, len(instances)))
+    chosen, spares = drawn[:prompts_per_step], drawn[prompts_per_step:]  # spares replace dropped prompts
     started = time.perf_counter()
-    groups = await gather_groups(workers, sampler, chosen, seed * 1000 + step)
+    groups = await gather_groups(workers, sampler, chosen, seed * 1000 + step, spares)
     rollout_s = time.perf_counter() - started
     metrics = group_metrics(groups)
     trained = [g for g in groups if g.group]

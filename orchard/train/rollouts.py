@@ -23,10 +23,13 @@ FEATURES = ("old_logprobs", "advantages")
 def policy_example(trajectory: Trajectory, advantage: float | None, chat_format: ChatMLFormat) -> dict[str, list]:
     """Token ids, loss mask, old logprobs and advantages of one rollout; ``advantage=None`` (a
     dropped rollout) gives an all-zero loss mask."""
-    rendered = chat_format.render([m.to_chat() for m in trajectory.messages], tools=trajectory.tools)
+    messages = list(trajectory.messages)
+    while messages and messages[-1].role != "assistant":
+        messages.pop()  # what came after the last action (its output, a submission) trains nothing
+    rendered = chat_format.render([m.to_chat() for m in messages], tools=trajectory.tools)
     size = len(rendered.token_ids)
     mask, old = [False] * size, [0.0] * size
-    sampled = [m for m in trajectory.messages if m.role == "assistant"]
+    sampled = [m for m in messages if m.role == "assistant"]
     spans = [(start, end) for role, start, end in rendered.spans if role == "assistant"]
     for message, (start, end) in zip(sampled, spans, strict=True):
         if message.logprobs is None:

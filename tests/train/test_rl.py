@@ -226,3 +226,19 @@ def test_an_rl_step_with_reward_variance_changes_the_parameters_and_syncs_them(o
     assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))  # the update moved them
     served = [np.asarray(x) for x in jax.tree.leaves(engine.sampler.state)]
     assert all(np.array_equal(a, b) for a, b in zip(served, after, strict=True))  # and the engine has them
+
+
+def test_dynamic_filtering_replaces_a_dropped_prompt_with_a_spare():
+    from orchard.train.bar import DynamicFilter
+    from orchard.train.rl import ScoredRollout, gather_groups, group_metrics
+
+    class Workers:  # the "easy" task is always solved; the "mixed" one half the time
+        async def rollouts(self, instance, count, seed):
+            rewards = [1.0] * count if instance == "easy" else [1.0, -1.0] * (count // 2)
+            return [ScoredRollout(Trajectory(task_id=instance, messages=[]), r, "completed", 5) for r in rewards]
+
+    groups = asyncio.run(gather_groups(Workers(), DynamicFilter(4), ["easy"], step_seed=0, spares=["mixed", "easy"]))
+    assert [len(g.group) for g in groups] == [0, 4]  # dropped, then the first spare filled the slot
+    metrics = group_metrics(groups)
+    assert metrics["groups_dropped"] == 1.0 and metrics["rollouts_per_update"] == 8.0
+    assert metrics["informative_groups"] == 0.5  # counted over both groups, as the rollouts were spent on both
