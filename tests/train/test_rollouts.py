@@ -47,6 +47,9 @@ def test_only_sampled_tokens_train_with_their_logprobs(tokenizer):
     assert [example["token_ids"][i] for i in trained] == sampled[0].token_ids + sampled[1].token_ids
     assert [example["old_logprobs"][i] for i in trained] == sampled[0].logprobs + sampled[1].logprobs
     assert not any(policy_example(run, None, Qwen3Format(tokenizer))["loss_mask"])  # a dropped rollout
+    # The observation after the last action trains nothing and is not rendered.
+    last_action = Qwen3Format(tokenizer).render([m.to_chat() for m in run.messages[:-1]]).token_ids
+    assert example["token_ids"] == last_action and run.messages[-1].role == "tool"
     row = pack_rollouts([example], seq_len=128, rows=2)
     targets = row["targets"][0][row["loss_mask"][0] > 0].tolist()
     assert targets == sampled[0].token_ids + sampled[1].token_ids  # shifted onto the predicting position
