@@ -62,9 +62,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     # Stage 3: credit-assignment SFT (configs/swe_sft.py's fields).
     config.sft = ConfigDict()
-    config.sft.num_steps = 200
+    config.sft.num_steps = 300
     config.sft.log_every = 10
-    config.sft.eval_every = 200
+    config.sft.eval_every = 300
     config.sft.checkpoint_every = 100
     config.sft.data = ConfigDict({"eval_fraction": 0.05, "seq_len": 1024, "batch_size": 8, "grad_accum": 1,
                                   "epsilon": 0.05})
@@ -72,8 +72,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                    "clip_norm": 1.0})
 
     # Stage 4: BAR RL.
-    config.num_steps = 6
-    config.checkpoint_every = 3
+    config.num_steps = 4
+    config.checkpoint_every = 2
     config.optim = ConfigDict({"peak_lr": 3e-4, "final_lr": 3e-4, "warmup_steps": 1, "weight_decay": 0.0,
                                "clip_norm": 1.0})
     config.engine = ConfigDict({"kind": "jax"})
@@ -85,7 +85,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.max_new_tokens = 96  # per turn
     config.rl.temperature = 1.0
     config.rl.eps_low, config.rl.eps_high = 0.2, 0.28
-    config.rl.max_turns = 6
+    config.rl.max_turns = 5
     config.rl.max_context = 1536
     config.rl.episode_seconds = 120.0
     config.rl.seq_len = 1600  # max_context and the template tokens that close the last turn

@@ -171,7 +171,8 @@ class OracleTeacher:
             start, end = hits[-1], max(hits[-1] + 15, end)
         thought = f"Let me read {path} from line {start}."
         if self.style == "bash":
-            return Step(thought, "bash", {"command": f"nl -ba {shlex.quote(path)} | sed -n '{start},{end}p'"})
+            # GNU sed's `start,+N` range: the agent copies the line it found and needs no arithmetic.
+            return Step(thought, "bash", {"command": f"nl -ba {shlex.quote(path)} | sed -n '{start},+{end - start}p'"})
         return Step(thought, "edit", {"command": "view", "path": f"{REPO_DIR}/{path}", "view_range": [start, end]})
 
     def _edit(self, hunk: Hunk) -> Step:
