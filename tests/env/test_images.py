@@ -146,7 +146,7 @@ def test_corrupt_and_unknown_images_get_clear_errors(tmp_path):
     with pytest.raises(ImageError, match="does not match its digest"):
         unpack_image(layout, cache)
     truncated = docker_archive(tmp_path / "trunc.tar", [gzip.compress(BASE)[:40]])
-    with pytest.raises(ImageError, match="corrupt gzip|truncated or corrupt|not a tar"):
+    with pytest.raises(ImageError, match=r"corrupt gzip|truncated or corrupt|not a tar"):
         unpack_image(truncated, cache)
     (tmp_path / "bad-index").mkdir()
     (tmp_path / "bad-index" / "index.json").write_text('{"manifests": [{"size": 3}]}')
