@@ -118,12 +118,15 @@ def plot_curves(result: RecipeResult, path: str) -> str:
     curves.plot(steps, metric["reward"], marker="s", label="mean reward (+1 / -1)")
     curves.plot(steps, metric["informative_groups"], linestyle="--", label="informative-group fraction")
     curves.set_xlabel("RL step")
+    curves.set_xticks(steps)
     curves.set_ylim(-1.05, 1.05)
     curves.axhline(0.0, color="grey", linewidth=0.5)
     curves.legend(loc="lower right", fontsize=8)
     curves.set_title("BAR RL")
     stages = [s for s in ("init", "sft", "rl") if s in result.held_out]
-    held.bar(stages, [result.held_out[s]["resolve_rate"] for s in stages], color=["#999", "#4a8", "#36c"][:len(stages)])
+    bars = held.bar(stages, [result.held_out[s]["resolve_rate"] for s in stages],
+                    color=["#999", "#4a8", "#36c"][:len(stages)])
+    held.bar_label(bars, labels=[f"{result.held_out[s]['resolve_rate']:.2f}" for s in stages])  # 0 stays visible
     held.set_ylim(0, 1)
     held.set_title("held-out resolve rate")
     figure.tight_layout()
