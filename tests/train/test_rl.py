@@ -30,6 +30,21 @@ from orchard.train.rl import RolloutWorkers, rl_step, score
 from orchard.train.state import init_state, make_optimizer, make_train_step
 
 
+def tiny_learner(num_layers: int):
+    """A tiny random policy over SmolLM2's vocabulary, its engine and a GRPO train step."""
+    tokenizer = Tokenizer.from_gguf(smollm2_gguf())  # a 49K vocabulary keeps the learner's logits small
+    cfg = ModelConfig(model_type="llama", vocab_size=49152, hidden_size=32, intermediate_size=64, num_layers=num_layers,
+                      num_heads=4, num_kv_heads=2, head_dim=8, max_position_embeddings=4096, dtype="float32")
+    chat, model = smollm2_format(tokenizer), Transformer(cfg, rngs=nnx.Rngs(0))
+    engine = JaxEngine(model, tokenizer)
+    policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=16, temperature=1.0))
+    mesh = make_mesh(1, 1)
+    optimizer, schedule = make_optimizer(1e-3, 1e-4, 1, 10, 0.0, 1.0)
+    graphdef, state = init_state(model, optimizer, mesh)
+    train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
+    return chat, engine, policy, mesh, graphdef, state, train_step
+
+
 def test_rewards_and_dropped_rollouts():
     def run(resolved: bool, **metadata) -> Trajectory:
         return Trajectory(task_id="t", messages=[], outcome=Outcome(resolved=resolved), metadata=metadata)
@@ -41,16 +56,7 @@ def test_rewards_and_dropped_rollouts():
 
 def test_one_rl_step_in_real_sandboxes(orchestrator, tmp_path):
     [instance], _ = generate_task_set([resolve_source("minicalc")], 1, str(tmp_path), seed=2, tests_visible=True)
-    tokenizer = Tokenizer.from_gguf(smollm2_gguf())  # a 49K vocabulary keeps the learner's logits small
-    cfg = ModelConfig(model_type="llama", vocab_size=49152, hidden_size=32, intermediate_size=64, num_layers=2,
-                      num_heads=4, num_kv_heads=2, head_dim=8, max_position_embeddings=4096, dtype="float32")
-    chat, model = smollm2_format(tokenizer), Transformer(cfg, rngs=nnx.Rngs(0))
-    engine = JaxEngine(model, tokenizer)
-    policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=16, temperature=1.0))
-    mesh = make_mesh(1, 1)
-    optimizer, schedule = make_optimizer(1e-3, 1e-4, 1, 10, 0.0, 1.0)
-    graphdef, state = init_state(model, optimizer, mesh)
-    train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
+    chat, engine, policy, mesh, graphdef, state, train_step = tiny_learner(num_layers=2)
 
     async def run():
         client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
@@ -199,17 +205,8 @@ def test_an_rl_step_with_reward_variance_changes_the_parameters_and_syncs_them(o
             return await super().sample(marked)
 
     [instance], _ = generate_task_set([resolve_source("minicalc")], 1, str(tmp_path), seed=2, tests_visible=True)
-    tokenizer = Tokenizer.from_gguf(smollm2_gguf())
-    cfg = ModelConfig(model_type="llama", vocab_size=49152, hidden_size=32, intermediate_size=64, num_layers=1,
-                      num_heads=4, num_kv_heads=2, head_dim=8, max_position_embeddings=4096, dtype="float32")
-    chat, model = smollm2_format(tokenizer), Transformer(cfg, rngs=nnx.Rngs(0))
-    engine = JaxEngine(model, tokenizer)
-    policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=16, temperature=1.0))
-    mesh = make_mesh(1, 1)
-    optimizer, schedule = make_optimizer(1e-3, 1e-3, 1, 10, 0.0, 1.0)
-    graphdef, state = init_state(model, optimizer, mesh)
+    chat, engine, policy, mesh, graphdef, state, train_step = tiny_learner(num_layers=1)
     before = [np.asarray(x).copy() for x in jax.tree.leaves(state.params)]
-    train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
 
     async def run():
         client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
