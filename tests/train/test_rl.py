@@ -239,3 +239,19 @@ def test_dynamic_filtering_replaces_a_dropped_prompt_with_a_spare():
     metrics = group_metrics(groups)
     assert metrics["groups_dropped"] == 1.0 and metrics["rollouts_per_update"] == 8.0
     assert metrics["informative_groups"] == 0.5  # counted over both groups, as the rollouts were spent on both
+
+
+def test_the_config_names_the_rollout_engine():
+    from ml_collections import ConfigDict
+
+    from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
+    from orchard.train.rl import make_engine
+
+    tokenizer = Tokenizer.from_gguf(smollm2_gguf())
+    vllm = make_engine(ConfigDict({"kind": "vllm", "url": "http://vllm:8000/v1", "served_model": "policy",
+                                   "weights_dir": "/weights/policy"}), None, tokenizer)
+    assert isinstance(vllm, OpenAIEngine) and vllm.model == "policy"
+    assert isinstance(vllm.weight_sync, ReloadFromDisk) and vllm.weight_sync.directory == "/weights/policy"
+    assert str(vllm.client.base_url).rstrip("/") == "http://vllm:8000"
+    with pytest.raises(ValueError, match="unknown rollout engine 'sglang'"):
+        make_engine(ConfigDict({"kind": "sglang"}), None, tokenizer)
