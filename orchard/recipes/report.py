@@ -46,7 +46,6 @@ def check_config(config: ConfigDict) -> list[str]:
                             f"N = {sampler.group_size}")
         if sampler.max_budget < sampler.group_size or sampler.stride < 1:
             problems.append("BAR needs max_budget >= group_size and stride >= 1")
-    budget = sampler.max_budget if sampler.name == "bar" else sampler.group_size
     if rl.rows < rl.prompts_per_step * sampler.group_size:
         problems.append(f"rl.rows ({rl.rows}) < prompts_per_step x group_size "
                         f"({rl.prompts_per_step * sampler.group_size}): a step's groups would not fit")
@@ -66,7 +65,7 @@ def check_config(config: ConfigDict) -> list[str]:
         problems.append("env.url (the orchestrator of the cluster) is required for the kubernetes backend")
     if config.num_steps < 1:
         problems.append("num_steps (RL steps) must be at least 1")
-    if rl.concurrency < 1 or budget < 1:
+    if rl.concurrency < 1:
         problems.append("rl.concurrency must be at least 1")
     return problems
 

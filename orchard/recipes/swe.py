@@ -62,17 +62,18 @@ from orchard.train.rl import RolloutWorkers, evaluate, train_rl
 from orchard.train.sft import build_model, train_and_evaluate
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]
 
 
 def split_tasks(instances: Sequence[SWEInstance], held_out_fraction: float, seed: int
                 ) -> tuple[list[SWEInstance], list[SWEInstance]]:
     """(train, held out), split by the first FAIL_TO_PASS test: all bugs one test catches fall on
     the same side."""
-    keys = sorted({i.FAIL_TO_PASS[0] if i.FAIL_TO_PASS else i.instance_id for i in instances})
+    def key(instance: SWEInstance) -> str:
+        return instance.FAIL_TO_PASS[0] if instance.FAIL_TO_PASS else instance.instance_id
+
+    keys = sorted({key(i) for i in instances})
     random.Random(seed).shuffle(keys)
     held = set(keys[: math.ceil(len(keys) * held_out_fraction)])
-    key = lambda i: i.FAIL_TO_PASS[0] if i.FAIL_TO_PASS else i.instance_id  # noqa: E731
     return [i for i in instances if key(i) not in held], [i for i in instances if key(i) in held]
 
 
@@ -114,6 +115,8 @@ async def collect_teacher(config: ConfigDict, client: AsyncSandboxClient, instan
     if report.errors:
         log.warning("%d teacher episodes failed: %s", len(report.errors), report.errors[:3])
     partial = path + ".partial"
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(partial)  # left by a killed run: the writer appends
     with TrajectoryWriter(partial) as writer:
         for trajectory in report.kept:
             writer.write(trajectory)
