@@ -51,7 +51,8 @@ def test_a_sharded_step_equals_the_unsharded_step():
     (single, single_metrics), (sharded, sharded_metrics) = results
     np.testing.assert_allclose(float(sharded_metrics["loss"]), float(single_metrics["loss"]), rtol=1e-5)
     for a, b in zip(jax.tree.leaves(single.params), jax.tree.leaves(sharded.params), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+        # Adam divides by the gradient scale, so float reordering between layouts shows up at ~1e-6.
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=1e-5)
     embed = sharded.params["model"]["embed_tokens"]["weight"].get_value()
     assert shard_bytes(embed) * 8 == embed.nbytes  # vocab over tp=2, embed over fsdp=4
     mu = jax.tree.leaves(sharded.opt_state)
