@@ -60,6 +60,10 @@ def top_ranked(pool: Sequence[R], group_size: int) -> list[R]:
     return sorted(scored, key=lambda r: (-r.reward, USABLE.get(r.status, len(USABLE)), r.length))[:group_size]
 
 
+def _positives(rollouts: Sequence[Rollout]) -> int:
+    return sum(r.reward is not None and r.reward > 0 for r in rollouts)
+
+
 def has_variance(group: Sequence[Rollout]) -> bool:
     return len({r.reward for r in group}) > 1
 
@@ -69,6 +73,7 @@ class GroupResult(Generic[R]):
     group: list[R]  # empty when the sampler dropped the prompt
     spent: int  # rollouts generated for this prompt
     fallback: Literal["none", "relaxed", "top_ranked"] = "none"
+    resolved: int = 0  # positive rollouts among all ``spent``, chosen or not
 
     @property
     def informative(self) -> bool:
@@ -98,10 +103,10 @@ class BAR:
         while len(pool) < self.max_budget:
             pool += await generate(min(self.stride, self.max_budget - len(pool)))
             if (group := assemble_group(pool, self.group_size, self.rho_min, self.rho_max)) is not None:
-                return GroupResult(group, len(pool))
+                return GroupResult(group, len(pool), resolved=_positives(pool))
         if (group := assemble_group(pool, self.group_size, 0.0, 1.0)) is not None:
-            return GroupResult(group, len(pool), "relaxed")
-        return GroupResult(top_ranked(pool, self.group_size), len(pool), "top_ranked")
+            return GroupResult(group, len(pool), "relaxed", _positives(pool))
+        return GroupResult(top_ranked(pool, self.group_size), len(pool), "top_ranked", _positives(pool))
 
 
 @dataclass
@@ -112,7 +117,7 @@ class FixedGroup:
 
     async def sample(self, generate: Generate) -> GroupResult:
         group = [r for r in await generate(self.group_size) if r.reward is not None]
-        return GroupResult(group, self.group_size)
+        return GroupResult(group, self.group_size, resolved=_positives(group))
 
 
 @dataclass
@@ -124,4 +129,4 @@ class DynamicFilter:
 
     async def sample(self, generate: Generate) -> GroupResult:
         group = [r for r in await generate(self.group_size) if r.reward is not None]
-        return GroupResult(group if has_variance(group) else [], self.group_size)
+        return GroupResult(group if has_variance(group) else [], self.group_size, resolved=_positives(group))

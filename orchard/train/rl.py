@@ -143,11 +143,13 @@ async def gather_groups(workers: RolloutWorkers, sampler: GroupSampler, instance
 
 
 def group_metrics(groups: Sequence[GroupResult]) -> dict[str, float]:
+    """Per-step statistics. ``reward`` is over the training groups (what the update sees, balanced
+    by BAR); ``resolve_rate`` is over every rollout spent, chosen or not."""
     rollouts = [r for g in groups for r in g.group]
     rewards = [r.reward for r in rollouts if r.reward is not None]
     return {
         "reward": statistics.fmean(rewards) if rewards else 0.0,
-        "resolve_rate": statistics.fmean(r.reward > 0 for r in rollouts if r.reward is not None) if rewards else 0.0,
+        "resolve_rate": sum(g.resolved for g in groups) / max(sum(g.spent for g in groups), 1),  # all rollouts
         "informative_groups": statistics.fmean(g.informative for g in groups) if groups else 0.0,
         "rollouts_per_group": statistics.fmean(g.spent for g in groups) if groups else 0.0,
         "fallback_relaxed": float(sum(g.fallback == "relaxed" for g in groups)),

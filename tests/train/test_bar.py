@@ -71,6 +71,7 @@ def test_bar_stops_at_the_first_stride_that_fits():
                         [-1, -1, -1, -1, 1, -1, -1, -1, 1, 1])
     assert state["calls"] == [4, 4] and result.spent == 8 and result.fallback == "none"
     assert sorted(r.reward for r in result.group) == [-1, -1, -1, 1] and result.informative
+    assert result.resolved == 1  # positives in everything spent (8 rollouts), not only the chosen 4
 
 
 def test_bar_falls_back_to_the_relaxed_window_then_to_top_ranked():

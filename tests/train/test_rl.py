@@ -238,6 +238,7 @@ def test_dynamic_filtering_replaces_a_dropped_prompt_with_a_spare():
     assert [len(g.group) for g in groups] == [0, 4]  # dropped, then the first spare filled the slot
     metrics = group_metrics(groups)
     assert metrics["groups_dropped"] == 1.0 and metrics["rollouts_per_update"] == 8.0
+    assert metrics["resolve_rate"] == 6 / 8  # over every rollout spent, the dropped group's included
     assert metrics["informative_groups"] == 0.5  # counted over both groups, as the rollouts were spent on both
 
 
