@@ -20,11 +20,12 @@ mini-swe-agent-1.1``) and plain OpenAI chat-completions message lists (:func:`lo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -162,6 +163,18 @@ class TrajectoryWriter:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def save_trajectories(path: str, trajectories: Iterable[Trajectory]) -> None:
+    """Write ``trajectories`` to ``path`` whole or not at all: through ``path.partial``, renamed when
+    complete, so a killed run leaves no file that looks finished."""
+    partial = path + ".partial"
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(partial)  # left by a killed run: the writer appends
+    with TrajectoryWriter(partial) as writer:
+        for trajectory in trajectories:
+            writer.write(trajectory)
+    os.replace(partial, path)
 
 
 @dataclass

@@ -9,7 +9,8 @@
     sft_model/        the SFT policy as an HF directory
     rl/               checkpoints, metrics          (orchard.train.rl)
     rl_model/         the RL policy as an HF directory
-    eval/             init.json, sft.json, rl.json: held-out resolve rates
+    eval/             init.json, sft.json, rl.json: held-out resolve rates, and the episodes
+                      behind each (init.trajectories.jsonl, ...)
     summary.json
 
 Each stage is skipped when its output exists, and SFT and RL resume from their checkpoints, so a
@@ -42,7 +43,7 @@ from ml_collections import ConfigDict
 
 from orchard.data.chat import Qwen3Format
 from orchard.data.tokenizer import Tokenizer
-from orchard.data.trajectory import Trajectory, TrajectoryWriter, read_trajectories
+from orchard.data.trajectory import Trajectory, read_trajectories, save_trajectories
 from orchard.env import AsyncSandboxClient, local_server
 from orchard.harness.bash import BashHarness
 from orchard.harness.core import Limits
@@ -114,13 +115,7 @@ async def collect_teacher(config: ConfigDict, client: AsyncSandboxClient, instan
                            limits=Limits(max_steps=config.teacher.max_turns), concurrency=config.teacher.concurrency)
     if report.errors:
         log.warning("%d teacher episodes failed: %s", len(report.errors), report.errors[:3])
-    partial = path + ".partial"
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(partial)  # left by a killed run: the writer appends
-    with TrajectoryWriter(partial) as writer:
-        for trajectory in report.kept:
-            writer.write(trajectory)
-    os.replace(partial, path)
+    save_trajectories(path, report.kept)
     log.info("teacher: %s", report.summary())
     return report.kept
 
@@ -177,7 +172,8 @@ async def run_rl(config: ConfigDict, workdir: str, client: AsyncSandboxClient, i
 async def evaluate_policy(config: ConfigDict, client: AsyncSandboxClient, model: Any, tokenizer: Tokenizer,
                           instances: Sequence[SWEInstance], path: str) -> dict[str, float]:
     """Stage 5: the held-out resolve rate of ``model`` (``eval.samples`` episodes per task, sampled
-    as the rollouts are), cached in ``path``."""
+    as the rollouts are), cached in ``path``; the graded episodes go beside it, in
+    ``<stage>.trajectories.jsonl``, to be read."""
     if os.path.exists(path):
         with open(path) as handle:
             return json.load(handle)
@@ -188,8 +184,9 @@ async def evaluate_policy(config: ConfigDict, client: AsyncSandboxClient, model:
     workers = RolloutWorkers(client, BashHarness(), policy,
                              Limits(max_steps=rl.max_turns, max_tokens=rl.max_context, time_limit=rl.episode_seconds),
                              rl.concurrency)
-    result = await evaluate(workers, instances, samples=config.eval.samples, seed=config.seed + 1)
+    result, episodes = await evaluate(workers, instances, samples=config.eval.samples, seed=config.seed + 1)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    save_trajectories(os.path.splitext(path)[0] + ".trajectories.jsonl", episodes)
     with open(path, "w") as handle:
         json.dump(result, handle, indent=2)
     return result

@@ -271,12 +271,14 @@ async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instan
 
 
 async def evaluate(workers: RolloutWorkers, instances: Sequence[SWEInstance], samples: int = 1,
-                   seed: int = 0) -> dict[str, float]:
-    """Held-out resolve rate of the workers' policy: ``samples`` graded episodes per instance."""
+                   seed: int = 0) -> tuple[dict[str, float], list[Trajectory]]:
+    """Held-out resolve rate of the workers' policy over ``samples`` graded episodes per instance,
+    and those episodes, so a failure can be read."""
     runs = await asyncio.gather(*(workers.rollouts(instance, samples, seed=seed * 1000 + index * samples)
                                   for index, instance in enumerate(instances)))
     rollouts = [r for per_instance in runs for r in per_instance]
     solved = [r.trajectory.outcome.resolved for r in rollouts]
-    return {"resolve_rate": statistics.fmean(solved) if solved else 0.0, "episodes": float(len(rollouts)),
-            "tasks_solved": float(sum(any(r.trajectory.outcome.resolved for r in per) for per in runs)),
-            "turns": statistics.fmean(r.trajectory.num_actions for r in rollouts) if rollouts else 0.0}
+    stats = {"resolve_rate": statistics.fmean(solved) if solved else 0.0, "episodes": float(len(rollouts)),
+             "tasks_solved": float(sum(any(r.trajectory.outcome.resolved for r in per) for per in runs)),
+             "turns": statistics.fmean(r.trajectory.num_actions for r in rollouts) if rollouts else 0.0}
+    return stats, [r.trajectory for r in rollouts]

@@ -20,6 +20,7 @@ from orchard.data.trajectory import (
     TrajectoryWriter,
     load_trajectory,
     read_trajectories,
+    save_trajectories,
 )
 from tests.conftest import wait_until
 
@@ -40,6 +41,15 @@ def test_round_trip(tmp_path):
         for trajectory in written:
             writer.write(trajectory)
     assert list(read_trajectories(path)) == written
+
+
+def test_save_trajectories_replaces_a_killed_runs_partial_file(tmp_path):
+    path = str(tmp_path / "eval.jsonl")
+    with open(path + ".partial", "w") as handle:  # what a run killed mid-write leaves
+        handle.write(make("stale").model_dump_json() + "\n" + '{"task_id": "torn')
+    save_trajectories(path, [make("a"), make("b")])
+    assert [t.task_id for t in read_trajectories(path)] == ["a", "b"]
+    assert not os.path.exists(path + ".partial")
 
 
 def test_schema_checks_steps():

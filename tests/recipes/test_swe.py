@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from configs.swe_bar import get_config
+from orchard.data.trajectory import read_trajectories
 from orchard.recipes.report import check_config
 from orchard.recipes.swe import split_tasks
 from orchard.tasks.swe.instance import SWEInstance
@@ -74,6 +75,8 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     for stage in ("init", "sft", "rl"):
         result = summary["held_out"][stage]
         assert result["episodes"] == held and 0.0 <= result["resolve_rate"] <= 1.0
+        episodes = list(read_trajectories(str(workdir / "eval" / f"{stage}.trajectories.jsonl")))
+        assert len(episodes) == held and sum(t.outcome.resolved for t in episodes) == result["resolve_rate"] * held
     assert summary["teacher"]["trajectories"] == 2 * summary["tasks"]["train"]
     assert summary["teacher"]["resolved"] == summary["tasks"]["train"]  # the clean variant resolves, fail does not
     [step] = summary["rl_metrics"].values()

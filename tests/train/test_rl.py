@@ -98,14 +98,16 @@ def test_evaluate_measures_the_resolve_rate_of_a_policy(orchestrator, tmp_path):
             task = next(i for i in instances if i.problem_statement in conversation.messages[1].content)
             return await OracleTeacher(task, "bash").act(conversation, max_context=max_context)
 
-    async def run(policy) -> dict:
+    async def run(policy) -> tuple:
         client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
         try:
             return await evaluate(RolloutWorkers(client, BashHarness(), policy, Limits(max_steps=12), 2), instances)
         finally:
             await client.aclose()
 
-    result = asyncio.run(run(Oracle()))
+    result, episodes = asyncio.run(run(Oracle()))
+    assert sorted(t.task_id for t in episodes) == sorted(i.instance_id for i in instances)
+    assert all(t.outcome.resolved for t in episodes)
     assert result == {"resolve_rate": 1.0, "episodes": 2.0, "tasks_solved": 2.0, "turns": result["turns"]}
     assert result["turns"] >= 5
 
