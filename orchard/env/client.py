@@ -95,6 +95,12 @@ class BackendUnavailable(OrchardError): ...
 class IsolationUnavailable(OrchardError): ...
 
 
+class ImageNotFound(OrchardError): ...
+
+
+class ImageInvalid(OrchardError): ...
+
+
 class ServerError(OrchardError): ...
 
 
@@ -128,6 +134,8 @@ _ERRORS: dict[str, type[OrchardError]] = {
     ErrorCode.AGENT_UNAVAILABLE: AgentUnavailable,
     ErrorCode.BACKEND_ERROR: BackendUnavailable,
     ErrorCode.ISOLATION_UNAVAILABLE: IsolationUnavailable,
+    ErrorCode.IMAGE_NOT_FOUND: ImageNotFound,
+    ErrorCode.IMAGE_INVALID: ImageInvalid,
 }
 
 

@@ -312,3 +312,41 @@ def _unpack(image: Image, blobs: _Blobs, cache_dir: str) -> tuple[str, ImageConf
         if os.path.exists(staging):
             shutil.rmtree(staging, ignore_errors=True)
     return rootfs, image.config
+
+
+@dataclass(frozen=True)
+class ImageUser:
+    uid: int
+    gid: int
+    home: str
+
+
+def _read_inside(rootfs: str, path: str) -> str:
+    """A text file of the root filesystem, or "" if absent or if it resolves outside the root (a
+    symlink of the image is never followed out of it)."""
+    full = os.path.realpath(os.path.join(rootfs, path.lstrip("/")))
+    if not full.startswith(os.path.realpath(rootfs) + os.sep) or not os.path.isfile(full):
+        return ""
+    with open(full, errors="replace") as handle:
+        return handle.read()
+
+
+def resolve_user(rootfs: str, user: str) -> ImageUser:
+    """The numeric user that an image's ``USER`` (``name``, ``uid``, ``name:group``, ``uid:gid``)
+    names, looked up in the image's own ``/etc/passwd`` and ``/etc/group``, as Docker does. An empty
+    ``USER`` is root."""
+    name, _, group = (user or "0").partition(":")
+    passwd = [line.split(":") for line in _read_inside(rootfs, "/etc/passwd").splitlines() if line.count(":") >= 6]
+    entry = next((e for e in passwd if e[0] == name or (name.isdigit() and e[2] == name)), None)
+    if entry is None and not name.isdigit():
+        raise ImageError(f"the image's user {name!r} is not in its /etc/passwd")
+    uid = int(entry[2]) if entry else int(name)
+    gid = int(entry[3]) if entry else uid
+    home = entry[5] if entry else ("/root" if uid == 0 else "/")
+    if group:
+        groups = [line.split(":") for line in _read_inside(rootfs, "/etc/group").splitlines() if line.count(":") >= 3]
+        match = next((g for g in groups if g[0] == group), None)
+        if match is None and not group.isdigit():
+            raise ImageError(f"the image's group {group!r} is not in its /etc/group")
+        gid = int(match[2]) if match else int(group)
+    return ImageUser(uid, gid, home or "/")

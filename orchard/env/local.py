@@ -72,6 +72,8 @@ def local_server(
     port: int | None = None,
     reap_interval: float = 5.0,
     ready_timeout: float = 30.0,
+    images_dir: str | None = None,
+    agent_bundle: str | None = None,
 ) -> LocalServer:
     """Start an orchestrator with the local backend on a free loopback port and wait until it answers."""
     owns_state = state_dir is None
@@ -84,6 +86,10 @@ def local_server(
             "--state-dir", state_dir, "--reap-interval", str(reap_interval)]
     if store:
         argv += ["--store", store]
+    if images_dir:
+        argv += ["--images", images_dir]
+    if agent_bundle:
+        argv += ["--agent-bundle", agent_bundle]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env={**os.environ, "ORCHARD_API_KEY": api_key})

@@ -3,70 +3,13 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
-import io
-import json
 import os
 import tarfile
 
 import pytest
 
-from orchard.env.images import ImageError, unpack_image
-
-CONFIG = {"architecture": "amd64", "os": "linux",
-          "config": {"Env": ["PATH=/bin", "GREETING=hi=there"], "WorkingDir": "/work", "User": "1000:1000",
-                     "Cmd": ["sh"]}}
-
-
-def layer(*members: tuple, compress: bool = False) -> bytes:
-    """A layer tarball from (name, kind, payload) members: kind is file, dir, symlink or link."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, kind, payload in members:
-            info = tarfile.TarInfo(name)
-            info.mode = 0o755 if kind == "dir" else 0o644
-            if kind == "file":
-                info.size = len(payload)
-                tar.addfile(info, io.BytesIO(payload))
-                continue
-            info.type = {"dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE, "link": tarfile.LNKTYPE}[kind]
-            info.linkname = payload or ""
-            tar.addfile(info)
-    data = buffer.getvalue()
-    return gzip.compress(data) if compress else data
-
-
-def docker_archive(path, layers: list[bytes], config: dict = CONFIG) -> str:
-    with tarfile.open(path, "w") as tar:
-        def add(name: str, data: bytes) -> None:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-        names = [f"{i}/layer.tar" for i in range(len(layers))]
-        for name, data in zip(names, layers, strict=True):
-            add(name, data)
-        add("config.json", json.dumps(config).encode())
-        add("manifest.json", json.dumps([{"Config": "config.json", "RepoTags": ["t:1"], "Layers": names}]).encode())
-    return str(path)
-
-
-def oci_layout(directory, layers: list[bytes], config: dict = CONFIG) -> str:
-    blobs = directory / "blobs" / "sha256"
-    blobs.mkdir(parents=True)
-
-    def blob(data: bytes) -> dict:
-        digest = hashlib.sha256(data).hexdigest()
-        (blobs / digest).write_bytes(data)
-        return {"digest": f"sha256:{digest}", "size": len(data)}
-
-    manifest = {"schemaVersion": 2, "config": blob(json.dumps(config).encode()),
-                "layers": [blob(data) for data in layers]}
-    (directory / "index.json").write_text(json.dumps({"schemaVersion": 2,
-                                                      "manifests": [blob(json.dumps(manifest).encode())]}))
-    (directory / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    return str(directory)
-
+from orchard.env.images import ImageError, ImageUser, resolve_user, unpack_image
+from tests.env.imagekit import docker_archive, layer, oci_layout
 
 BASE = layer(("bin", "dir", None), ("bin/tool", "file", b"#!/bin/sh\n"), ("etc", "dir", None),
              ("etc/keep", "file", b"keep"), ("etc/old", "file", b"old"), ("cache", "dir", None),
@@ -153,3 +96,28 @@ def test_corrupt_and_unknown_images_get_clear_errors(tmp_path):
     with pytest.raises(ImageError, match="malformed manifest"):
         unpack_image(str(tmp_path / "bad-index"), cache)
     assert [n for n in os.listdir(cache) if not n.startswith(".")] == []  # nothing half-unpacked is cached
+
+
+def test_resolve_user_reads_the_images_own_passwd_and_group(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\napp:x:1000:1001:App:/home/app:/bin/sh\n")
+    (tmp_path / "etc" / "group").write_text("root:x:0:\nstaff:x:50:app\n")
+    root = str(tmp_path)
+    assert resolve_user(root, "") == ImageUser(0, 0, "/root")
+    assert resolve_user(root, "app") == ImageUser(1000, 1001, "/home/app")
+    assert resolve_user(root, "1000") == ImageUser(1000, 1001, "/home/app")
+    assert resolve_user(root, "app:staff") == ImageUser(1000, 50, "/home/app")
+    assert resolve_user(root, "4242:77") == ImageUser(4242, 77, "/")  # numeric ids need no entry
+    with pytest.raises(ImageError, match="'ghost' is not in its /etc/passwd"):
+        resolve_user(root, "ghost")
+    with pytest.raises(ImageError, match="'wheel' is not in its /etc/group"):
+        resolve_user(root, "app:wheel")
+
+
+def test_resolve_user_never_follows_a_symlink_out_of_the_root(tmp_path):
+    outside = tmp_path / "host-passwd"
+    outside.write_text("app:x:0:0:host root:/root:/bin/sh\n")
+    (tmp_path / "root" / "etc").mkdir(parents=True)
+    (tmp_path / "root" / "etc" / "passwd").symlink_to(outside)
+    with pytest.raises(ImageError, match="not in its /etc/passwd"):
+        resolve_user(str(tmp_path / "root"), "app")

@@ -27,7 +27,7 @@ from fastapi.responses import StreamingResponse
 from orchard import __version__
 from orchard.env import api
 from orchard.env.agent import files
-from orchard.env.agent.children import REAPER
+from orchard.env.agent.children import REAPER, run_commands_as
 from orchard.env.agent.execution import CappedBuffer, run
 from orchard.env.agent.patch import apply_patch
 from orchard.env.agent.paths import SandboxRoot
@@ -51,6 +51,7 @@ class AgentConfig:
     workdir: str = "/workspace"
     state_dir: str = "/tmp/.orchard-agent"
     env: tuple[tuple[str, str], ...] = ()  # base environment of commands
+    user: str | None = None  # "UID:GID" that commands run as; None: the agent's own
 
 
 def _protect_agent() -> None:
@@ -86,6 +87,7 @@ def _os_error(_: Request, exc: OSError) -> Response:
 
 def create_app(config: AgentConfig) -> BearerAuth:
     root = SandboxRoot(config.root, config.workdir)
+    run_commands_as(config.user)
     processes = ProcessTable(os.path.join(config.state_dir, "processes"))
     base_env = dict(config.env)
     started = time.time()

@@ -11,7 +11,9 @@ pidfd that becomes readable when it exits, and a one-second timer sweeps up orph
 Commands are started with ``posix_spawn`` (vfork + exec, no fork of the Python heap) in a new
 session, so each one leads its own process group and a timeout can kill the whole group. Every
 command runs under a two-line ``/bin/sh`` prelude that raises its ``oom_score_adj`` to 1000 before
-the user's code starts, so the kernel's OOM killer always picks a command before the agent.
+the user's code starts, so the kernel's OOM killer always picks a command before the agent. In a
+sandbox made from an image with a ``USER``, commands start through the agent bundle's ``setpriv``
+as that user, while the agent stays root.
 """
 
 from __future__ import annotations
@@ -21,16 +23,33 @@ import contextlib
 import os
 import signal
 
+from orchard.env.bundle import SETPRIV
+
 OOM_SCORE_ADJ = 1000
 _PRELUDE = f"echo {OOM_SCORE_ADJ} >/proc/self/oom_score_adj 2>/dev/null\n"
 _RESET_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD)
 
 
+_as_user: list[str] = []  # the setpriv prefix that switches to the image's user, if it has one
+
+
+def run_commands_as(user: str | None, setpriv: str = SETPRIV) -> None:
+    """Run every later command as ``user`` (``"UID:GID"``, from the image's ``USER``) through the
+    bundle's ``setpriv``, with no supplementary groups; ``None``: as the agent's own user (root)."""
+    if user is None:
+        _as_user.clear()
+        return
+    uid, _, gid = user.partition(":")
+    if not (uid.isdigit() and gid.isdigit()):
+        raise ValueError(f"user must be numeric UID:GID, not {user!r}")
+    _as_user[:] = [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+
+
 def shell_argv(command: str | list[str]) -> list[str]:
-    """The argv that runs ``command`` behind the oom prelude."""
+    """The argv that runs ``command`` behind the oom prelude (as the image's user, if set)."""
     if isinstance(command, str):
-        return ["/bin/sh", "-c", _PRELUDE + command]
-    return ["/bin/sh", "-c", _PRELUDE + 'exec "$@"', "sh", *command]
+        return [*_as_user, "/bin/sh", "-c", _PRELUDE + command]
+    return [*_as_user, "/bin/sh", "-c", _PRELUDE + 'exec "$@"', "sh", *command]
 
 
 class ChildReaper:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import uvicorn
 
@@ -24,6 +25,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--state-dir", default="/tmp/.orchard-agent", help="process logs and temp files")
     parser.add_argument("--token-file", help=f"file holding the token (default: ${TOKEN_ENV})")
     parser.add_argument("--env-file", help="JSON object of extra environment variables for commands")
+    parser.add_argument("--user", help="numeric UID:GID that commands run as (default: the agent's)")
     return parser
 
 
@@ -36,14 +38,21 @@ def run_agent(args: argparse.Namespace) -> None:
         token = os.environ.get(TOKEN_ENV, "")
     if not token:
         raise SystemExit(f"the agent needs a token: pass --token-file or set ${TOKEN_ENV}")
-    # Commands inherit the agent's environment, never its secrets.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ORCHARD_AGENT")}
+    # Commands inherit the agent's environment, never its secrets, nor what PyInstaller's bootloader
+    # (the frozen agent of ``orchard env bundle``) adds for itself.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORCHARD_AGENT", "_PYI"))}
+    if getattr(sys, "frozen", False):
+        for name in ("LD_LIBRARY_PATH",):
+            original = env.pop(f"{name}_ORIG", None)
+            env.pop(name, None)
+            if original:
+                env[name] = original
     if args.env_file:
         with open(args.env_file) as handle:
             env.update(json.load(handle))
     os.environ.pop(TOKEN_ENV, None)
     config = AgentConfig(token=token, root=args.root, workdir=args.workdir, state_dir=args.state_dir,
-                         env=tuple(env.items()))
+                         env=tuple(env.items()), user=args.user)
     app = create_app(config)
     # The orchestrator keeps idle connections for 15 s: keep them longer here (see server/main.py).
     listen = {"uds": args.uds} if args.uds else {"host": args.host, "port": args.port}

@@ -11,6 +11,13 @@ Layout of one sandbox under ``<state_dir>/sandboxes/<id>/``::
 The launcher is ``unshare`` (util-linux), run as a new session so the sandbox outlives the
 orchestrator process: a restarted orchestrator re-adopts it through the store, or reaps it.
 
+A sandbox made from an image (``SandboxSpec.image``: a ``docker save`` tarball or an OCI layout in
+``images_dir``) has the image's root filesystem, unpacked once into ``<state_dir>/image-cache`` and
+shared read-only, below its writable layer instead of the host's; the agent bundle
+(:mod:`orchard.env.bundle`) is bind-mounted at ``/.orchard``, and commands get the image's
+environment, working directory and user. Image sandboxes need root (an overlay of an arbitrary
+directory, and ``setpriv`` to the image's user).
+
 Isolation needs root or unprivileged user namespaces (then the root is built from read-only bind
 mounts rather than an overlay, which the kernel refuses there); without both, creation fails with
 ``isolation_unavailable`` unless the spec says ``isolation="none"``, which runs the agent as a
@@ -31,11 +38,13 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from importlib import resources
 
 from orchard.env.api import ErrorCode, SandboxSpec
 from orchard.env.backends.base import BackendError, SandboxHandle
 from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
+from orchard.env.images import ImageConfig, ImageError, ImageUser, resolve_user, unpack_image
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,15 @@ def _runtime_paths() -> list[str]:
     return sorted(p for p in candidates if not any(p != q and p.startswith(q + "/") for q in candidates))
 
 
+@dataclass(frozen=True)
+class Image:
+    """An image a sandbox starts from: its unpacked root, its config and its resolved user."""
+
+    rootfs: str
+    config: ImageConfig
+    user: ImageUser
+
+
 def user_namespaces_work() -> bool:
     """Whether this unprivileged user can create a user namespace (needed without root)."""
     try:
@@ -77,8 +95,13 @@ def user_namespaces_work() -> bool:
 class LocalBackend:
     name = "local"
 
-    def __init__(self, state_dir: str, hide: tuple[str, ...] = DEFAULT_HIDE) -> None:
+    def __init__(self, state_dir: str, hide: tuple[str, ...] = DEFAULT_HIDE, images_dir: str | None = None,
+                 agent_bundle: str | None = None) -> None:
         self.state_dir = os.path.realpath(state_dir)
+        self.images_dir = os.path.realpath(images_dir) if images_dir else None
+        self.agent_bundle = os.path.realpath(agent_bundle) if agent_bundle else None
+        self.image_cache = os.path.join(self.state_dir, "image-cache")
+        self._unpacking: dict[str, asyncio.Lock] = {}
         self.sandboxes_dir = os.path.join(self.state_dir, "sandboxes")
         os.makedirs(self.sandboxes_dir, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
@@ -115,28 +138,52 @@ class LocalBackend:
                 status=501, code=ErrorCode.ISOLATION_UNAVAILABLE,
             )
 
-    def _init_env(self, sandbox_id: str, sandbox_dir: str, spec: SandboxSpec) -> dict[str, str]:
-        return {
+    async def _image(self, name: str) -> tuple[str, ImageConfig]:
+        """The cached root filesystem and config of the image ``name`` in ``images_dir``."""
+        if self.agent_bundle is None:
+            raise BackendError("image sandboxes need the agent bundle: build it with `orchard env bundle --out DIR` "
+                               "and start the orchestrator with --agent-bundle DIR", 501,
+                               ErrorCode.ISOLATION_UNAVAILABLE)
+        path = os.path.join(self.images_dir, name) if self.images_dir else None
+        if path is None or not os.path.exists(path):
+            offered = sorted(os.listdir(self.images_dir)) if self.images_dir else []
+            raise BackendError(f"unknown image {name!r}; this orchestrator offers {offered or 'no images'} "
+                               f"(the files and OCI layouts in --images {self.images_dir})", 404,
+                               ErrorCode.IMAGE_NOT_FOUND)
+        lock = self._unpacking.setdefault(name, asyncio.Lock())
+        async with lock:  # one unpack per image; the sandboxes that wait share its result
+            try:
+                return await asyncio.to_thread(unpack_image, path, self.image_cache)
+            except ImageError as error:
+                raise BackendError(f"image {name!r} cannot be used: {error}", 400, ErrorCode.IMAGE_INVALID) from None
+
+    def _init_env(self, sandbox_id: str, sandbox_dir: str, workdir: str, image: Image | None) -> dict[str, str]:
+        env = {
             "ORCHARD_SANDBOX_DIR": sandbox_dir,
             "ORCHARD_HIDE": " ".join(self.hide),
             "ORCHARD_RUNTIME": " ".join(_runtime_paths()),
-            "ORCHARD_WORKDIR": spec.workdir,
+            "ORCHARD_WORKDIR": workdir,
             "ORCHARD_HOSTNAME": f"sandbox-{sandbox_id[:12]}",
             "ORCHARD_PYTHON": sys.executable,
             "ORCHARD_PATH": DEFAULT_PATH,
             "ORCHARD_CAPS": ",".join(f"+{cap}" for cap in SANDBOX_CAPS),
+            "ORCHARD_IMAGE_ROOTFS": image.rootfs if image else "",
+            "ORCHARD_BUNDLE": self.agent_bundle or "",
+            "ORCHARD_USER": f"{image.user.uid}:{image.user.gid}" if image and image.user.uid else "",
             "PATH": DEFAULT_PATH,
             "HOME": "/root",
             "LANG": "C.UTF-8",
         }
+        return {**env, "ORCHARD_ENV_NAMES": " ".join([*env, "ORCHARD_ENV_NAMES"])}
 
-    def _launch_argv(self, sandbox_dir: str, spec: SandboxSpec, join: list[str], limits: Limits) -> list[str]:
+    def _launch_argv(self, sandbox_dir: str, spec: SandboxSpec, workdir: str, join: list[str],
+                     limits: Limits) -> list[str]:
         """The launcher: join the cgroups (or set rlimits), then create namespaces and run init."""
         if spec.isolation == "none":
             root = os.path.join(sandbox_dir, "fs")
             inner = [sys.executable, "-m", "orchard.env.agent", "--uds", f"{sandbox_dir}/run/agent.sock",
                      "--token-file", f"{sandbox_dir}/run/token", "--env-file", f"{sandbox_dir}/run/env.json",
-                     "--state-dir", f"{sandbox_dir}/run/state", "--root", root, "--workdir", spec.workdir]
+                     "--state-dir", f"{sandbox_dir}/run/state", "--root", root, "--workdir", workdir]
         else:
             flags = ["--pid", "--mount", "--uts", "--ipc", "--fork"]
             if spec.network == "none":
@@ -156,26 +203,40 @@ class LocalBackend:
     async def create(self, sandbox_id: str, spec: SandboxSpec) -> SandboxHandle:
         if spec.isolation != "none":
             self._check_isolation()
+        image, env = None, dict(spec.env)
+        if spec.image:
+            if spec.isolation == "none" or not self.rootful:
+                raise BackendError("image sandboxes need namespace isolation as root", 501,
+                                   ErrorCode.ISOLATION_UNAVAILABLE)
+            rootfs, config = await self._image(spec.image)
+            try:
+                user = resolve_user(rootfs, config.user)
+            except ImageError as error:
+                raise BackendError(f"image {spec.image!r}: {error}", 400, ErrorCode.IMAGE_INVALID) from None
+            image = Image(rootfs, config, user)
+            # Docker's rules: a default PATH and the user's HOME, then the image's ENV, then the spec's.
+            env = {"PATH": DEFAULT_PATH, "HOME": user.home, **config.env, **spec.env}
+        workdir = spec.workdir or (image.config.workdir if image else "/workspace")
         sandbox_dir = self._dir(sandbox_id)
         run_dir = os.path.join(sandbox_dir, "run")
         for sub in ("upper", "work", "merged", "private", "run/state"):
             os.makedirs(os.path.join(sandbox_dir, sub), exist_ok=True)
         if spec.isolation == "none":
-            os.makedirs(os.path.join(sandbox_dir, "fs", spec.workdir.lstrip("/")), exist_ok=True)
+            os.makedirs(os.path.join(sandbox_dir, "fs", workdir.lstrip("/")), exist_ok=True)
         token = secrets.token_urlsafe(32)
         fd = os.open(os.path.join(run_dir, "token"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(token)
         with open(os.path.join(run_dir, "env.json"), "w") as handle:
-            json.dump(spec.env, handle)
+            json.dump(env, handle)
 
         limits = Limits(memory_bytes=spec.memory_bytes, pids=spec.pids, cpu=spec.cpu)
         join = self.cgroups.create(sandbox_id, limits) if self.cgroups.available else []
         with open(os.path.join(sandbox_dir, "agent.log"), "wb") as agent_log:
             process = await asyncio.create_subprocess_exec(
-                *self._launch_argv(sandbox_dir, spec, join, limits),
+                *self._launch_argv(sandbox_dir, spec, workdir, join, limits),
                 stdin=subprocess.DEVNULL, stdout=agent_log, stderr=agent_log, start_new_session=True,
-                env=self._init_env(sandbox_id, sandbox_dir, spec),  # never the orchestrator's own (API key)
+                env=self._init_env(sandbox_id, sandbox_dir, workdir, image),  # never the orchestrator's (API key)
             )
         self._launchers[sandbox_id] = process
         data = {"pid": process.pid, "start_time": _start_time(process.pid), "dir": sandbox_dir}

@@ -26,6 +26,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--store", default=None, help="memory:// (default) or redis://host:port/db")
     parser.add_argument("--state-dir", default=os.path.join(tempfile.gettempdir(), "orchard-env"),
                         help="where the local backend keeps sandboxes")
+    parser.add_argument("--images", default=os.environ.get("ORCHARD_IMAGES"),
+                        help="directory of images sandboxes may start from: `docker save` tarballs and OCI "
+                             "layouts, by file name (default: $ORCHARD_IMAGES)")
+    parser.add_argument("--agent-bundle", default=os.environ.get("ORCHARD_AGENT_BUNDLE"),
+                        help="the agent bundle that image sandboxes run (`orchard env bundle`; default: "
+                             "$ORCHARD_AGENT_BUNDLE)")
     parser.add_argument("--reap-interval", type=float, default=5.0, help="seconds between TTL/orphan sweeps")
     parser.add_argument("--log-level", default="info")
     return parser
@@ -38,7 +44,7 @@ def serve(args: argparse.Namespace) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from orchard.env.backends.local import LocalBackend
 
-    backend = LocalBackend(args.state_dir)
+    backend = LocalBackend(args.state_dir, images_dir=args.images, agent_bundle=args.agent_bundle)
     app = create_app(backend, open_store(args.store), args.api_key, reap_interval=args.reap_interval)
     # Clients keep idle connections for 30 s; the server must keep them longer, or a request sent on
     # a connection the server is closing at that moment is reset (uvicorn's default is 5 s).
