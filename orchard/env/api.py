@@ -50,6 +50,7 @@ class ErrorCode(StrEnum):
     ISOLATION_UNAVAILABLE = "isolation_unavailable"
     IMAGE_NOT_FOUND = "image_not_found"
     IMAGE_INVALID = "image_invalid"
+    SNAPSHOT_NOT_FOUND = "snapshot_not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     INTERNAL = "internal"
 
@@ -248,6 +249,9 @@ class SandboxSpec(BaseModel):
     image: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
                               description="An image the orchestrator offers (a `docker save` tarball or an OCI "
                                           "layout, by file name); none: the host's tree, read-only.")
+    from_snapshot: str | None = Field(None, pattern=r"^[a-f0-9]{32}$",
+                                      description="Start from a snapshot's files (its image, workdir and env "
+                                                  "too, unless given here).")
     workdir: str | None = Field(None, pattern=r"^/[^\x00]*$",
                                 description="Default cwd of commands; default: the image's WORKDIR, else /workspace.")
     env: EnvMap = Field(default_factory=dict)
@@ -277,6 +281,27 @@ class SandboxInfo(BaseModel):
     created_at: float
     expires_at: float
     backend: str
+
+
+class SnapshotInfo(BaseModel):
+    """A sandbox's files at one moment, that new sandboxes start from (``SandboxSpec.from_snapshot``)."""
+
+    id: str
+    source: str  # the sandbox it was taken from
+    created_at: float
+    size_bytes: int
+    image: str | None = None
+
+
+class SnapshotList(BaseModel):
+    snapshots: list[SnapshotInfo]
+
+
+class ForkRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(..., ge=1, le=256, description="How many independent copies.")
+    ttl: float | None = Field(None, gt=0, le=7 * 86_400, description="Their TTL; default: the source's.")
 
 
 class SandboxList(BaseModel):

@@ -36,7 +36,7 @@ import aiohttp
 import pydantic
 
 from orchard.env import api
-from orchard.env.api import ErrorCode, FileInfo, PatchResponse, ProcessInfo, SandboxInfo
+from orchard.env.api import ErrorCode, FileInfo, PatchResponse, ProcessInfo, SandboxInfo, SnapshotInfo
 
 API_KEY_ENV = "ORCHARD_API_KEY"
 UPLOAD_CHUNK = 1 << 18
@@ -101,6 +101,9 @@ class ImageNotFound(OrchardError): ...
 class ImageInvalid(OrchardError): ...
 
 
+class SnapshotNotFound(OrchardError): ...
+
+
 class ServerError(OrchardError): ...
 
 
@@ -136,6 +139,7 @@ _ERRORS: dict[str, type[OrchardError]] = {
     ErrorCode.ISOLATION_UNAVAILABLE: IsolationUnavailable,
     ErrorCode.IMAGE_NOT_FOUND: ImageNotFound,
     ErrorCode.IMAGE_INVALID: ImageInvalid,
+    ErrorCode.SNAPSHOT_NOT_FOUND: SnapshotNotFound,
 }
 
 
@@ -302,6 +306,14 @@ async def _aiter_file(local_path: str | os.PathLike) -> AsyncIterator[bytes]:
             yield chunk
 
 
+def _body(model: type[pydantic.BaseModel], **fields: Any) -> dict[str, Any]:
+    """A request body, checked here first: a bad field fails fast, as the server would answer."""
+    try:
+        return model(**fields).model_dump(mode="json")
+    except pydantic.ValidationError as exc:
+        raise InvalidRequest(str(exc), status=422, code=ErrorCode.INVALID_REQUEST) from None
+
+
 # ------------------------------------------------------------------- async
 
 
@@ -355,6 +367,20 @@ class AsyncSandbox:
             self._heartbeat = None
         with contextlib.suppress(SandboxNotFound):
             await self._t.request("DELETE", self._prefix, idempotent=True)
+
+    async def snapshot(self) -> SnapshotInfo:
+        """Capture this sandbox's files; ``client.create(from_snapshot=info.id)`` starts from them."""
+        response = await self._t.request("POST", f"{self._prefix}/snapshot", idempotent=False, read_timeout=600.0)
+        return SnapshotInfo.model_validate_json(response.body)
+
+    async def fork(self, n: int, *, ttl: float | None = None, heartbeat: bool = True) -> list[AsyncSandbox]:
+        """``n`` new sandboxes, each with its own copy of this one's files as they are now (set a
+        repository up once, then fork one sandbox per rollout)."""
+        response = await self._t.request("POST", f"{self._prefix}/fork", idempotent=False,
+                                         json=_body(api.ForkRequest, n=n, ttl=ttl),
+                                         read_timeout=600.0)
+        infos = api.SandboxList.model_validate_json(response.body).sandboxes
+        return [AsyncSandbox(self._t, info, heartbeat) for info in infos]
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -546,10 +572,7 @@ class AsyncSandboxClient:
 
     def create(self, *, wait: bool = True, heartbeat: bool = True, **spec: Any) -> _Creation:
         """Create a sandbox from :class:`orchard.env.api.SandboxSpec` fields (cpu, memory, ttl, ...)."""
-        try:
-            body = api.SandboxSpec(**spec).model_dump(mode="json")
-        except pydantic.ValidationError as exc:
-            raise InvalidRequest(str(exc), status=422, code=ErrorCode.INVALID_REQUEST) from None
+        body = _body(api.SandboxSpec, **spec)
 
         async def make() -> AsyncSandbox:
             response = await self._t.request("POST", f"{api.API_PREFIX}/sandboxes", idempotent=False, json=body,
@@ -569,6 +592,14 @@ class AsyncSandboxClient:
 
     async def delete(self, sandbox_id: str) -> None:
         await self._t.request("DELETE", f"{api.API_PREFIX}/sandboxes/{sandbox_id}", idempotent=True)
+
+    async def snapshots(self) -> list[SnapshotInfo]:
+        response = await self._t.request("GET", f"{api.API_PREFIX}/snapshots", idempotent=True)
+        return api.SnapshotList.model_validate_json(response.body).snapshots
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Remove a snapshot (sandboxes made from it keep their own copies)."""
+        await self._t.request("DELETE", f"{api.API_PREFIX}/snapshots/{snapshot_id}", idempotent=True)
 
     async def health(self) -> api.Health:
         response = await self._t.request("GET", "/health", idempotent=True)
@@ -669,6 +700,11 @@ class Sandbox:
     processes = _blocking(AsyncSandbox.processes)
     process_logs = _blocking(AsyncSandbox.process_logs)
     kill_process = _blocking(AsyncSandbox.kill_process)
+    snapshot = _blocking(AsyncSandbox.snapshot)
+
+    @functools.wraps(AsyncSandbox.fork)
+    def fork(self, n: int, **kwargs: Any) -> list[Sandbox]:
+        return [Sandbox(self._portal, inner) for inner in self._portal.run(self._async.fork(n, **kwargs))]
 
     @functools.wraps(AsyncSandbox.stream)
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[StreamChunk]:
@@ -700,6 +736,8 @@ class SandboxClient:
 
     list = _blocking(AsyncSandboxClient.list)
     delete = _blocking(AsyncSandboxClient.delete)
+    snapshots = _blocking(AsyncSandboxClient.snapshots)
+    delete_snapshot = _blocking(AsyncSandboxClient.delete_snapshot)
     health = _blocking(AsyncSandboxClient.health)
     close = _blocking(AsyncSandboxClient.aclose)
 

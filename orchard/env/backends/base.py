@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from orchard.env.api import ErrorCode, SandboxSpec
+from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
 from orchard.env.problems import ProblemError
 
 
@@ -48,6 +48,16 @@ class Backend(Protocol):
 
     async def alive(self, handle: SandboxHandle) -> bool:
         """Whether a sandbox found in the store after a restart is still running."""
+        ...
+
+    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+        """Capture the sandbox's files; ``SandboxSpec.from_snapshot`` starts new sandboxes from them."""
+        ...
+
+    async def list_snapshots(self) -> list[SnapshotInfo]: ...
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Remove a snapshot (sandboxes made from it keep their own copies)."""
         ...
 
     async def close(self) -> None: ...

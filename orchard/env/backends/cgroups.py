@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,31 @@ class CgroupManager:
             _write(os.path.join(paths["cpu"], "cpu.cfs_period_us"), str(CPU_PERIOD_US))
             _write(os.path.join(paths["cpu"], "cpu.cfs_quota_us"), str(quota))
         return [os.path.join(path, "cgroup.procs") for path in paths.values()]
+
+    @contextlib.contextmanager
+    def frozen(self, sandbox_id: str, timeout: float = 5.0) -> Iterator[bool]:
+        """Freeze every process of the sandbox for the block (cgroup v2's ``cgroup.freeze``), so that
+        its files hold still while they are copied; yields whether it could."""
+        if not (self.available and self.version == 2):
+            yield False
+            return
+        path = self.paths(sandbox_id)["unified"]
+        try:
+            _write(os.path.join(path, "cgroup.freeze"), "1")
+        except OSError:
+            yield False
+            return
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                with open(os.path.join(path, "cgroup.events")) as handle:
+                    if "frozen 1" in handle.read():
+                        break
+                time.sleep(0.002)
+            yield True
+        finally:
+            with contextlib.suppress(OSError):
+                _write(os.path.join(path, "cgroup.freeze"), "0")
 
     def pids(self, sandbox_id: str) -> set[int]:
         found: set[int] = set()

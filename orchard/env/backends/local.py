@@ -41,9 +41,10 @@ import sys
 from dataclasses import dataclass
 from importlib import resources
 
-from orchard.env.api import ErrorCode, SandboxSpec
+from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
 from orchard.env.backends.base import BackendError, SandboxHandle
 from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
+from orchard.env.backends.snapshots import RootSpec, SnapshotStore
 from orchard.env.images import ImageConfig, ImageError, ImageUser, resolve_user, unpack_image
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class LocalBackend:
         self.images_dir = os.path.realpath(images_dir) if images_dir else None
         self.agent_bundle = os.path.realpath(agent_bundle) if agent_bundle else None
         self.image_cache = os.path.join(self.state_dir, "image-cache")
+        self.snapshots = SnapshotStore(self.state_dir)
         self._unpacking: dict[str, asyncio.Lock] = {}
         self.sandboxes_dir = os.path.join(self.state_dir, "sandboxes")
         os.makedirs(self.sandboxes_dir, exist_ok=True)
@@ -157,12 +159,12 @@ class LocalBackend:
             except ImageError as error:
                 raise BackendError(f"image {name!r} cannot be used: {error}", 400, ErrorCode.IMAGE_INVALID) from None
 
-    def _init_env(self, sandbox_id: str, sandbox_dir: str, workdir: str, image: Image | None) -> dict[str, str]:
+    def _init_env(self, sandbox_id: str, sandbox_dir: str, root: RootSpec, image: Image | None) -> dict[str, str]:
         env = {
             "ORCHARD_SANDBOX_DIR": sandbox_dir,
             "ORCHARD_HIDE": " ".join(self.hide),
             "ORCHARD_RUNTIME": " ".join(_runtime_paths()),
-            "ORCHARD_WORKDIR": workdir,
+            "ORCHARD_WORKDIR": root.workdir,
             "ORCHARD_HOSTNAME": f"sandbox-{sandbox_id[:12]}",
             "ORCHARD_PYTHON": sys.executable,
             "ORCHARD_PATH": DEFAULT_PATH,
@@ -203,40 +205,55 @@ class LocalBackend:
     async def create(self, sandbox_id: str, spec: SandboxSpec) -> SandboxHandle:
         if spec.isolation != "none":
             self._check_isolation()
-        image, env = None, dict(spec.env)
-        if spec.image:
-            if spec.isolation == "none" or not self.rootful:
-                raise BackendError("image sandboxes need namespace isolation as root", 501,
-                                   ErrorCode.ISOLATION_UNAVAILABLE)
-            rootfs, config = await self._image(spec.image)
+        base = RootSpec(env=dict(spec.env))
+        if spec.from_snapshot:
+            _, base = self.snapshots.get(spec.from_snapshot)
+            if spec.image and spec.image != base.image:
+                raise BackendError(f"snapshot {spec.from_snapshot!r} was taken from image {base.image!r}, not "
+                                   f"{spec.image!r}", 400, ErrorCode.INVALID_REQUEST)
+            base.env.update(spec.env)
+        image_name = spec.image or base.image
+        if (image_name or spec.from_snapshot) and (spec.isolation == "none" or not self.rootful):
+            raise BackendError("image and snapshot sandboxes need namespace isolation as root", 501,
+                               ErrorCode.ISOLATION_UNAVAILABLE)
+        image = None
+        if image_name:
+            rootfs, config = await self._image(image_name)
             try:
                 user = resolve_user(rootfs, config.user)
             except ImageError as error:
-                raise BackendError(f"image {spec.image!r}: {error}", 400, ErrorCode.IMAGE_INVALID) from None
+                raise BackendError(f"image {image_name!r}: {error}", 400, ErrorCode.IMAGE_INVALID) from None
             image = Image(rootfs, config, user)
-            # Docker's rules: a default PATH and the user's HOME, then the image's ENV, then the spec's.
-            env = {"PATH": DEFAULT_PATH, "HOME": user.home, **config.env, **spec.env}
-        workdir = spec.workdir or (image.config.workdir if image else "/workspace")
+            if not spec.from_snapshot:
+                # Docker's rules: a default PATH and the user's HOME, then the image's ENV, then the spec's.
+                base.env = {"PATH": DEFAULT_PATH, "HOME": user.home, **config.env, **spec.env}
+                base.workdir = config.workdir
+        workdir = spec.workdir or base.workdir
+        root = RootSpec(image_name, workdir, base.env)
         sandbox_dir = self._dir(sandbox_id)
         run_dir = os.path.join(sandbox_dir, "run")
         for sub in ("upper", "work", "merged", "private", "run/state"):
             os.makedirs(os.path.join(sandbox_dir, sub), exist_ok=True)
         if spec.isolation == "none":
             os.makedirs(os.path.join(sandbox_dir, "fs", workdir.lstrip("/")), exist_ok=True)
+        else:
+            if spec.from_snapshot:
+                await asyncio.to_thread(self.snapshots.seed, spec.from_snapshot, sandbox_dir)
+            root.save(sandbox_dir)
         token = secrets.token_urlsafe(32)
         fd = os.open(os.path.join(run_dir, "token"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(token)
         with open(os.path.join(run_dir, "env.json"), "w") as handle:
-            json.dump(env, handle)
+            json.dump(root.env, handle)
 
         limits = Limits(memory_bytes=spec.memory_bytes, pids=spec.pids, cpu=spec.cpu)
         join = self.cgroups.create(sandbox_id, limits) if self.cgroups.available else []
         with open(os.path.join(sandbox_dir, "agent.log"), "wb") as agent_log:
             process = await asyncio.create_subprocess_exec(
-                *self._launch_argv(sandbox_dir, spec, workdir, join, limits),
+                *self._launch_argv(sandbox_dir, spec, root.workdir, join, limits),
                 stdin=subprocess.DEVNULL, stdout=agent_log, stderr=agent_log, start_new_session=True,
-                env=self._init_env(sandbox_id, sandbox_dir, workdir, image),  # never the orchestrator's (API key)
+                env=self._init_env(sandbox_id, sandbox_dir, root, image),  # never the orchestrator's (API key)
             )
         self._launchers[sandbox_id] = process
         data = {"pid": process.pid, "start_time": _start_time(process.pid), "dir": sandbox_dir}
@@ -270,6 +287,24 @@ class LocalBackend:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), 10)
         await asyncio.to_thread(shutil.rmtree, sandbox_dir, True)
+
+    # ------------------------------------------------------------- snapshots
+
+    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+        """Copy the sandbox's files (frozen meanwhile, so they hold still) into a new snapshot."""
+        sandbox_dir = self._dir(sandbox_id)
+
+        def capture() -> SnapshotInfo:
+            with self.cgroups.frozen(sandbox_id):
+                return self.snapshots.capture(sandbox_id, sandbox_dir)
+
+        return await asyncio.to_thread(capture)
+
+    async def list_snapshots(self) -> list[SnapshotInfo]:
+        return await asyncio.to_thread(self.snapshots.list)
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        await asyncio.to_thread(self.snapshots.delete, snapshot_id)
 
     def _kill(self, sandbox_id: str, sandbox_dir: str) -> None:
         """Kill the sandbox's pid namespace (its init takes every process with it), then its cgroup."""

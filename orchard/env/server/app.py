@@ -17,7 +17,7 @@ from orchard.env.backends.base import Backend
 from orchard.env.problems import install_problem_handlers
 from orchard.env.server.lifecycle import SandboxManager
 from orchard.env.server.metrics import Metrics
-from orchard.env.server.routes import install_hot_routes, lifecycle_router
+from orchard.env.server.routes import install_hot_routes, lifecycle_router, snapshot_router
 from orchard.env.store import Store
 
 log = logging.getLogger(__name__)
@@ -56,5 +56,6 @@ def create_app(backend: Backend, store: Store, api_key: str, reap_interval: floa
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(lifecycle_router(manager))
+    app.include_router(snapshot_router(manager))
     install_hot_routes(app, manager)
     return BearerAuth(app, api_key, exempt=OPEN_PATHS)

@@ -15,7 +15,7 @@ import uuid
 
 import aiohttp
 
-from orchard.env.api import ErrorCode, SandboxInfo, SandboxSpec
+from orchard.env.api import ErrorCode, SandboxInfo, SandboxSpec, SnapshotInfo
 from orchard.env.backends.base import Backend, SandboxHandle
 from orchard.env.problems import ProblemError
 from orchard.env.server.agents import AgentConnection, AgentError, AgentPool
@@ -155,6 +155,36 @@ class SandboxManager:
         await self.store.delete(sandbox_id)
         self.metrics.deleted.labels(reason).inc()
         log.info("deleted sandbox %s (%s)", sandbox_id, reason)
+
+    # -------------------------------------------------------- snapshot, fork
+
+    async def snapshot(self, sandbox_id: str) -> SnapshotInfo:
+        record = await self.record(sandbox_id, fresh=True)
+        if record.info.status != "ready":
+            raise ProblemError(409, ErrorCode.SANDBOX_NOT_READY, f"sandbox {sandbox_id!r} is {record.info.status}")
+        started = time.perf_counter()
+        info = await self.backend.snapshot(sandbox_id)
+        self.metrics.snapshot_seconds.observe(time.perf_counter() - started)
+        return info
+
+    async def fork(self, sandbox_id: str, n: int, ttl: float | None = None) -> list[SandboxInfo]:
+        """``n`` new sandboxes, each with its own copy of ``sandbox_id``'s files as they are now:
+        one snapshot, ``n`` creates from it in parallel, and the snapshot removed. All or nothing:
+        if one create fails, the others are deleted."""
+        source = (await self.record(sandbox_id, fresh=True)).info.spec
+        snapshot = await self.snapshot(sandbox_id)
+        spec = source.model_copy(update={"from_snapshot": snapshot.id, "image": None, "ttl": ttl or source.ttl})
+        try:
+            results = await asyncio.gather(*(self.create(spec) for _ in range(n)), return_exceptions=True)
+        finally:
+            await self.backend.delete_snapshot(snapshot.id)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            for made in results:
+                if isinstance(made, SandboxInfo):
+                    await self.delete(made.id, reason="failed")
+            raise failed[0]
+        return list(results)
 
     async def list(self) -> list[SandboxInfo]:
         infos = [r.info for r in await self.store.list()]

@@ -13,6 +13,8 @@ class Metrics:
         self.deleted = Counter("orchard_sandboxes_deleted", "Sandboxes deleted", ["reason"], registry=self.registry)
         self.create_seconds = Histogram("orchard_sandbox_create_seconds", "Create to ready",
                                         registry=self.registry)
+        self.snapshot_seconds = Histogram("orchard_snapshot_seconds", "Time to snapshot a sandbox's files",
+                                          registry=self.registry)
         self.hot_requests = Counter("orchard_hot_requests", "Requests forwarded to agents", ["route", "status"],
                                     registry=self.registry)
         self.hot_seconds = Histogram(

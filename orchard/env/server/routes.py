@@ -52,6 +52,29 @@ def lifecycle_router(manager: SandboxManager) -> APIRouter:
     async def heartbeat(sandbox_id: str) -> Response:
         return json_response(await manager.heartbeat(sandbox_id))
 
+    @router.post("/{sandbox_id}/snapshot", status_code=201, response_model=api.SnapshotInfo)
+    async def snapshot(sandbox_id: str) -> Response:
+        return json_response(await manager.snapshot(sandbox_id), 201)
+
+    @router.post("/{sandbox_id}/fork", status_code=201, response_model=api.SandboxList)
+    async def fork(sandbox_id: str, request: api.ForkRequest) -> Response:
+        return json_response(api.SandboxList(sandboxes=await manager.fork(sandbox_id, request.n, request.ttl)), 201)
+
+    return router
+
+
+def snapshot_router(manager: SandboxManager) -> APIRouter:
+    router = APIRouter(prefix=f"{api.API_PREFIX}/snapshots", tags=["snapshots"])
+
+    @router.get("", response_model=api.SnapshotList)
+    async def list_snapshots() -> Response:
+        return json_response(api.SnapshotList(snapshots=await manager.backend.list_snapshots()))
+
+    @router.delete("/{snapshot_id}", status_code=204)
+    async def delete_snapshot(snapshot_id: str) -> Response:
+        await manager.backend.delete_snapshot(snapshot_id)
+        return Response(status_code=204)
+
     return router
 
 

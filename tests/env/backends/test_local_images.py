@@ -124,3 +124,16 @@ def test_bad_images_get_clear_errors_and_leave_nothing(client, server):
 def test_an_orchestrator_without_the_bundle_says_how_to_build_it(orchestrator):
     with orchestrator.client() as plain, pytest.raises(IsolationUnavailable, match="orchard env bundle"):
         plain.create(image="busybox.tar")
+
+
+def test_forks_of_an_image_sandbox_keep_its_user_workdir_and_env(client):
+    with client.create(image="busybox.tar") as source:
+        source.exec("echo prepared > state").check()
+        forks = source.fork(2)
+        try:
+            for fork in forks:
+                out = fork.exec("id -u; pwd; echo $GREETING; cat state").stdout
+                assert out.split("\n")[:4] == ["1000", "/home/app", "from the image", "prepared"]
+        finally:
+            for fork in forks:
+                fork.delete()
