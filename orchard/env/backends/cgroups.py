@@ -109,7 +109,8 @@ class CgroupManager:
     def pids(self, sandbox_id: str) -> set[int]:
         found: set[int] = set()
         for path in self.paths(sandbox_id).values():
-            with contextlib.suppress(FileNotFoundError), open(os.path.join(path, "cgroup.procs")) as handle:
+            # ENODEV: the cgroup is being removed (a concurrent delete), so it has no processes left.
+            with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.procs")) as handle:
                 found.update(int(line) for line in handle if line.strip())
         return found
 
