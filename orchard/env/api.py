@@ -304,6 +304,30 @@ class ForkRequest(BaseModel):
     ttl: float | None = Field(None, gt=0, le=7 * 86_400, description="Their TTL; default: the source's.")
 
 
+class PoolRequest(BaseModel):
+    """A warm pool: ``size`` sandboxes of ``spec`` kept ready, so a matching create is a claim."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: SandboxSpec
+    size: int = Field(..., ge=0, le=1024, description="Ready sandboxes to keep; 0 removes the pool.")
+
+
+class PoolInfo(BaseModel):
+    key: str  # what a create must match: its spec, less ttl and labels
+    spec: SandboxSpec
+    size: int
+    ready: int
+    creating: int
+    claims: int  # creates served from the pool
+    misses: int  # matching creates that found it empty
+    last_error: str = ""
+
+
+class PoolList(BaseModel):
+    pools: list[PoolInfo]
+
+
 class SandboxList(BaseModel):
     sandboxes: list[SandboxInfo]
 

@@ -593,6 +593,18 @@ class AsyncSandboxClient:
     async def delete(self, sandbox_id: str) -> None:
         await self._t.request("DELETE", f"{api.API_PREFIX}/sandboxes/{sandbox_id}", idempotent=True)
 
+    async def set_pool(self, size: int, **spec: Any) -> api.PoolInfo:
+        """Keep ``size`` sandboxes of ``spec`` ready: a later ``create`` with the same spec (ttl and
+        labels aside) claims one in milliseconds. ``size=0`` removes the pool."""
+        body = _body(api.PoolRequest, spec=_body(api.SandboxSpec, **spec), size=size)
+        response = await self._t.request("PUT", f"{api.API_PREFIX}/pools", idempotent=True, json=body,
+                                         read_timeout=600.0)
+        return api.PoolInfo.model_validate_json(response.body)
+
+    async def pools(self) -> list[api.PoolInfo]:
+        response = await self._t.request("GET", f"{api.API_PREFIX}/pools", idempotent=True)
+        return api.PoolList.model_validate_json(response.body).pools
+
     async def snapshots(self) -> list[SnapshotInfo]:
         response = await self._t.request("GET", f"{api.API_PREFIX}/snapshots", idempotent=True)
         return api.SnapshotList.model_validate_json(response.body).snapshots
@@ -736,6 +748,8 @@ class SandboxClient:
 
     list = _blocking(AsyncSandboxClient.list)
     delete = _blocking(AsyncSandboxClient.delete)
+    set_pool = _blocking(AsyncSandboxClient.set_pool)
+    pools = _blocking(AsyncSandboxClient.pools)
     snapshots = _blocking(AsyncSandboxClient.snapshots)
     delete_snapshot = _blocking(AsyncSandboxClient.delete_snapshot)
     health = _blocking(AsyncSandboxClient.health)

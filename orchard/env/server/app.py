@@ -17,7 +17,8 @@ from orchard.env.backends.base import Backend
 from orchard.env.problems import install_problem_handlers
 from orchard.env.server.lifecycle import SandboxManager
 from orchard.env.server.metrics import Metrics
-from orchard.env.server.routes import install_hot_routes, lifecycle_router, snapshot_router
+from orchard.env.server.pools import WarmPools
+from orchard.env.server.routes import install_hot_routes, lifecycle_router, pool_router, snapshot_router
 from orchard.env.store import Store
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ def create_app(backend: Backend, store: Store, api_key: str, reap_interval: floa
     started = time.time()
     metrics = Metrics()
     manager = SandboxManager(backend, store, metrics, reap_interval=reap_interval)
+    pools = WarmPools(manager)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -38,6 +40,7 @@ def create_app(backend: Backend, store: Store, api_key: str, reap_interval: floa
         try:
             yield
         finally:
+            await pools.shutdown()
             await manager.shutdown()
 
     app = FastAPI(title="Orchard Env", version=__version__, lifespan=lifespan,
@@ -55,7 +58,8 @@ def create_app(backend: Backend, store: Store, api_key: str, reap_interval: floa
         await manager.list()  # refresh the gauge
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(lifecycle_router(manager))
+    app.include_router(lifecycle_router(manager, pools))
+    app.include_router(pool_router(pools))
     app.include_router(snapshot_router(manager))
     install_hot_routes(app, manager)
     return BearerAuth(app, api_key, exempt=OPEN_PATHS)

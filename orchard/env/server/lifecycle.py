@@ -51,9 +51,13 @@ class SandboxManager:
         if record is None:
             self._forget(sandbox_id)
             raise not_found(sandbox_id)
-        if record.info.status == "ready":
-            self._records[sandbox_id] = record
+        self.remember(record)
         return record
+
+    def remember(self, record: SandboxRecord) -> None:
+        """Put a changed record of a ready sandbox in the hot-path cache."""
+        if record.info.status == "ready":
+            self._records[record.info.id] = record
 
     def _forget(self, sandbox_id: str) -> None:
         self._records.pop(sandbox_id, None)

@@ -20,20 +20,22 @@ from orchard.env import api
 from orchard.env.problems import ProblemError, cancel_on_disconnect, json_response, validation_detail
 from orchard.env.server.agents import AgentError
 from orchard.env.server.lifecycle import SandboxManager
+from orchard.env.server.pools import WarmPools
 
 _PASS_HEADERS = ("content-type", "content-length", api.NEXT_OFFSET_HEADER)
 
 
-def lifecycle_router(manager: SandboxManager) -> APIRouter:
+def lifecycle_router(manager: SandboxManager, pools: WarmPools) -> APIRouter:
     router = APIRouter(prefix=f"{api.API_PREFIX}/sandboxes", tags=["sandboxes"])
 
     @router.post("", status_code=201, response_model=api.SandboxInfo)
     async def create_sandbox(spec: api.SandboxSpec, wait: bool = True) -> Response:
-        return json_response(await manager.create(spec, wait=wait), 201)
+        return json_response(await pools.create(spec, wait=wait), 201)
 
     @router.get("", response_model=api.SandboxList)
     async def list_sandboxes() -> Response:
-        return json_response(api.SandboxList(sandboxes=await manager.list()))
+        idle = pools.idle()
+        return json_response(api.SandboxList(sandboxes=[i for i in await manager.list() if i.id not in idle]))
 
     @router.get("/{sandbox_id}", response_model=api.SandboxInfo)
     async def get_sandbox(sandbox_id: str) -> Response:
@@ -59,6 +61,20 @@ def lifecycle_router(manager: SandboxManager) -> APIRouter:
     @router.post("/{sandbox_id}/fork", status_code=201, response_model=api.SandboxList)
     async def fork(sandbox_id: str, request: api.ForkRequest) -> Response:
         return json_response(api.SandboxList(sandboxes=await manager.fork(sandbox_id, request.n, request.ttl)), 201)
+
+    return router
+
+
+def pool_router(pools: WarmPools) -> APIRouter:
+    router = APIRouter(prefix=f"{api.API_PREFIX}/pools", tags=["pools"])
+
+    @router.put("", response_model=api.PoolInfo)
+    async def configure_pool(request: api.PoolRequest) -> Response:
+        return json_response(await pools.configure(request.spec, request.size))
+
+    @router.get("", response_model=api.PoolList)
+    async def list_pools() -> Response:
+        return json_response(api.PoolList(pools=pools.list()))
 
     return router
 
