@@ -57,11 +57,17 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def _start_time(pid: int) -> int | None:
-    """The process start time in clock ticks (guards against pid reuse)."""
+    """The start time in clock ticks of a live process (guards against pid reuse); None once it has
+    exited, zombies included: a launcher whose orchestrator died is reaped by whoever adopted it,
+    maybe never."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[19])
-    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    try:
+        return None if fields[0] in ("Z", "X") else int(fields[19])
+    except (IndexError, ValueError):
         return None
 
 
