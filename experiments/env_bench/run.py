@@ -5,16 +5,26 @@ summary to stdout, writes it to ``--out``, and with ``--markdown PATH`` renders 
 Needs root: orchard sandboxes use Linux namespaces.
 
     python experiments/env_bench/run.py --markdown docs/benchmarks.md
+    python experiments/env_bench/run.py --stress 1000 --markdown docs/benchmarks.md
+    python experiments/env_bench/run.py --soak 10 --markdown docs/benchmarks.md
+
+``--stress N`` and ``--soak MINUTES`` run the scale checks of :mod:`orchard.env.scale` instead of
+the latency comparison, and write ``results/stress.json`` or ``results/soak.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import platform
 import shlex
 import sys
 from pathlib import Path
 
+from orchard.env import local_server
 from orchard.env.bench import BenchConfig, publish, render_markdown, run_benchmark
+from orchard.env.scale import fork_and_claim, render_soak, render_stress, soak, stress
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 
@@ -34,6 +44,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON summary")
     parser.add_argument("--markdown", type=Path, help="also render the summary as Markdown to this path")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument("--stress", type=int, metavar="N", help="N concurrent sandboxes, 4 commands each, "
+                        "then fork and warm-pool latency")
+    parser.add_argument("--soak", type=float, metavar="MINUTES", help="create/exec/delete churn; report leaks")
     args = parser.parse_args(argv)
     for name in ("iterations", "concurrency", "per_sandbox", "creates"):
         if getattr(args, name) < 1:
@@ -46,10 +59,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and write its outputs."""
     args = parse_args(argv)
+    command = shlex.join(["python", "experiments/env_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
+    if args.stress or args.soak:
+        run_scale(args, command)
+        return
     cfg = BenchConfig(iterations=args.iterations, warmup=args.warmup, concurrency=args.concurrency,
                       per_sandbox=args.per_sandbox, creates=args.creates, progress=not args.no_progress)
-    command = shlex.join(["python", "experiments/env_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
     publish(run_benchmark(cfg, command=command), args.out, args.markdown, "env_bench", render_markdown)
+
+
+def run_scale(args: argparse.Namespace, command: str) -> None:
+    """``--stress`` and ``--soak``: each against a fresh orchestrator."""
+    base = {"command": command, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+    if args.stress:
+        with local_server() as server:
+            summary = {**base, "stress": asyncio.run(stress(server, args.stress, progress=not args.no_progress))}
+            summary["fork_and_claim"] = asyncio.run(fork_and_claim(server))
+        publish(summary, args.out.with_name("stress.json"), args.markdown, "env_stress", render_stress)
+    if args.soak:
+        with local_server() as server:
+            summary = {**base, "soak": asyncio.run(soak(server, args.soak, progress=not args.no_progress))}
+        publish(summary, args.out.with_name("soak.json"), args.markdown, "env_soak", render_soak)
 
 
 if __name__ == "__main__":
