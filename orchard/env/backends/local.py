@@ -45,6 +45,7 @@ from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
 from orchard.env.backends.base import BackendError, SandboxHandle
 from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
 from orchard.env.backends.snapshots import RootSpec, SnapshotStore
+from orchard.env.backends.zygote import Zygote
 from orchard.env.images import ImageConfig, ImageError, ImageUser, resolve_user, unpack_image
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class LocalBackend:
         self.rootful = os.geteuid() == 0
         self._userns: bool | None = None
         self._launchers: dict[str, asyncio.subprocess.Process] = {}
+        self._zygote = Zygote(os.path.join(self.state_dir, f"zygote-{os.getpid()}.sock"))  # one per process
 
     # ---------------------------------------------------------------- helpers
 
@@ -255,17 +257,32 @@ class LocalBackend:
 
         limits = Limits(memory_bytes=spec.memory_bytes, pids=spec.pids, cpu=spec.cpu)
         join = self.cgroups.create(sandbox_id, limits) if self.cgroups.available else []
+        init_env = self._init_env(sandbox_id, sandbox_dir, root, image)  # never the orchestrator's (API key)
+        if join and self.rootful and image is None and spec.isolation != "none":
+            pid = await self._zygote.launch({
+                "env": init_env, "join": join, "log": os.path.join(sandbox_dir, "agent.log"),
+                "net": spec.network == "none", "caps": list(SANDBOX_CAPS),
+                "agent_env": {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8",
+                              "HOSTNAME": init_env["ORCHARD_HOSTNAME"]},
+                "agent_args": ["--uds", "/run/orchard/agent.sock", "--token-file", "/run/orchard/token",
+                               "--env-file", "/run/orchard/env.json", "--state-dir", "/run/orchard/state",
+                               "--workdir", root.workdir]})
+            return self._launched(sandbox_id, sandbox_dir, pid, token)
         with open(os.path.join(sandbox_dir, "agent.log"), "wb") as agent_log:
             process = await asyncio.create_subprocess_exec(
                 *self._launch_argv(sandbox_dir, spec, root.workdir, join, limits),
                 stdin=subprocess.DEVNULL, stdout=agent_log, stderr=agent_log, start_new_session=True,
-                env=self._init_env(sandbox_id, sandbox_dir, root, image),  # never the orchestrator's (API key)
+                env=init_env,
             )
         self._launchers[sandbox_id] = process
-        data = {"pid": process.pid, "start_time": _start_time(process.pid), "dir": sandbox_dir}
+        return self._launched(sandbox_id, sandbox_dir, process.pid, token)
+
+    def _launched(self, sandbox_id: str, sandbox_dir: str, pid: int, token: str) -> SandboxHandle:
+        """Record the launcher (or, from the zygote, the sandbox's PID 1) to find it again."""
+        data = {"pid": pid, "start_time": _start_time(pid), "dir": sandbox_dir}
         with open(os.path.join(sandbox_dir, "launcher.json"), "w") as handle:
             json.dump(data, handle)
-        return SandboxHandle(sandbox_id, f"unix://{run_dir}/agent.sock", token, data)
+        return SandboxHandle(sandbox_id, f"unix://{sandbox_dir}/run/agent.sock", token, data)
 
     async def failure(self, handle: SandboxHandle) -> str | None:
         if await self.alive(handle):
@@ -337,6 +354,7 @@ class LocalBackend:
 
     async def close(self) -> None:
         self._launchers.clear()
+        await self._zygote.close()
         if self.cgroups.available:
             self.cgroups.remove_group()
 

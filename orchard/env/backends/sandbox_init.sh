@@ -95,6 +95,10 @@ umount -l /.oldroot
 rmdir /.oldroot
 cd /
 
+# The zygote (zygote.py) runs this script as a child of the sandbox's PID 1, which then drops its
+# own capabilities and runs the agent it has in memory.
+[ -z "${ORCHARD_SETUP_ONLY:-}" ] || exit 0
+
 # Drop every capability a container runtime would not give (mount, mknod, module loading, raw I/O,
 # ptrace, ...) from the bounding set: nothing the agent starts can ever regain them.
 if [ -n "$ORCHARD_IMAGE_ROOTFS" ]; then

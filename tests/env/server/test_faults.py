@@ -28,8 +28,13 @@ def processes(state_dir: str, sandbox_id: str) -> dict[int, bytes]:
 
 
 def agent_pid(state_dir: str, sandbox_id: str) -> int:
-    [pid] = [pid for pid, cmdline in processes(state_dir, sandbox_id).items() if b"orchard.env.agent" in cmdline]
-    return pid
+    """The host pid of a sandbox's agent: the process that is PID 1 in the sandbox's namespace."""
+    for pid in processes(state_dir, sandbox_id):
+        with open(f"/proc/{pid}/status") as handle:
+            nspid = next(line for line in handle if line.startswith("NSpid:")).split()
+        if nspid[-1] == "1":
+            return pid
+    raise AssertionError(f"no PID 1 in sandbox {sandbox_id}")
 
 
 def test_an_agent_killed_mid_exec_is_a_clear_error_not_a_hang(client, orchestrator):

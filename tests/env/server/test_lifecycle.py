@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 
 import pytest
@@ -122,7 +123,12 @@ def test_stopping_the_orchestrator_deletes_its_sandboxes():
 def test_leaked_sandboxes_are_reaped(orchestrator):
     # A sandbox with backend resources but no record (an orchestrator that crashed mid-create).
     backend = LocalBackend(orchestrator.state_dir)
-    handle = asyncio.run(backend.create("leaked0000000000", SandboxSpec()))
+    orchestrator.process.send_signal(signal.SIGSTOP)  # its reaper must not see the sandbox half made
+    try:
+        handle = asyncio.run(backend.create("leaked0000000000", SandboxSpec()))
+        wait_until(lambda: os.path.exists(handle.agent_url.removeprefix("unix://")), what="the agent to listen")
+    finally:
+        orchestrator.process.send_signal(signal.SIGCONT)
     leaked_dir = handle.data["dir"]
     wait_until(lambda: not os.path.exists(leaked_dir), timeout=15, what="orphan reaping")
     wait_until(lambda: not process_alive(handle.data["pid"]), what="orphan processes to die")

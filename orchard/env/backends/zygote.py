@@ -1,0 +1,223 @@
+"""The zygote: one process that has imported the agent, forking every sandbox's agent from itself.
+
+Starting an agent the plain way (``unshare ... python -m orchard.env.agent``) costs each sandbox a
+fresh interpreter that imports FastAPI, pydantic and uvicorn: about 0.3 s of CPU and 35 MiB of
+memory that is its alone. The zygote imports all of it once, freezes the objects out of the
+garbage collector's reach (``gc.freeze``, so that collections do not write to the shared pages),
+and serves launch requests on a Unix socket. For each request:
+
+1. it forks a child, which joins the sandbox's cgroups, sends its output to ``agent.log``, and
+   creates the new namespaces with ``unshare(2)`` (mount, UTS, IPC, PID and, for
+   ``network="none"``, network);
+2. that child forks the sandbox's PID 1, answers the orchestrator with its host pid, and exits;
+3. PID 1 runs ``sandbox_init.sh`` in setup-only mode as a child process: the script builds the
+   root and ``pivot_root``s the whole mount namespace, PID 1 included, into it;
+4. PID 1 then drops every capability outside :data:`SANDBOX_CAPS` (bounding, permitted,
+   effective and inheritable sets), cleans its environment, and runs the agent it already has in
+   memory.
+
+Pages stay shared copy-on-write between the zygote and every sandbox until written. The zygote
+is used where the backend runs as root with cgroups and the sandbox needs nothing else: images
+(whose agent is the bundle's) and the rootless path keep ``unshare`` and the init script's exec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from importlib import resources
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP = 1, 24
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+CAPABILITIES = {"chown": 0, "dac_override": 1, "dac_read_search": 2, "fowner": 3, "fsetid": 4, "kill": 5,
+                "setgid": 6, "setuid": 7, "setpcap": 8, "net_bind_service": 10, "net_raw": 13,
+                "sys_chroot": 18, "audit_write": 29, "setfcap": 31}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{what}: {os.strerror(error)}")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities(keep: tuple[str, ...]) -> None:
+    """Leave only ``keep`` in this process's bounding, permitted, effective and inheritable sets,
+    as ``setpriv --bounding-set`` plus the exec that follows it would."""
+    mask = sum(1 << CAPABILITIES[name] for name in keep)
+    with open("/proc/sys/kernel/cap_last_cap") as handle:
+        last = int(handle.read())
+    for cap in range(last + 1):
+        if not mask >> cap & 1:
+            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
+    data = (_CapData * 2)()
+    for word in range(2):
+        bits = (mask >> (32 * word)) & 0xFFFFFFFF
+        data[word].effective = data[word].permitted = bits
+    _check(_libc.capset(ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), data), "capset")
+
+
+# ------------------------------------------------------------ inside the zygote
+
+
+def _become_sandbox(request: dict) -> None:
+    """PID 1 of the new namespaces: build the root, drop privileges, run the agent. Never returns."""
+    from orchard.env.agent import server as agent_server
+
+    os.setsid()
+    init = str(resources.files("orchard.env.backends").joinpath("sandbox_init.sh"))
+    setup = subprocess.run(["/bin/sh", init], env={**request["env"], "ORCHARD_SETUP_ONLY": "1"})
+    if setup.returncode != 0:
+        os._exit(setup.returncode or 1)
+    os.chdir("/")
+    drop_capabilities(tuple(request["caps"]))
+    os.environ.clear()
+    os.environ.update(request["agent_env"])
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    agent_server.run_agent(agent_server.build_parser().parse_args(request["agent_args"]))
+    os._exit(0)
+
+
+def _launch(connection: socket.socket, request: dict) -> None:
+    """The forked child: cgroups, log, namespaces; fork PID 1 and report its pid. Never returns."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        for procs in request["join"]:
+            with open(procs, "w") as handle:
+                handle.write(str(os.getpid()))
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | (CLONE_NEWNET if request["net"] else 0)
+        _check(_libc.unshare(flags), "unshare")
+        pid = os.fork()
+        if pid == 0:
+            connection.close()
+            os.closerange(3, 65536)
+            try:
+                _become_sandbox(request)
+            except BaseException as error:  # the log is what the orchestrator reports
+                print(f"orchard zygote: the sandbox failed to start: {error!r}", file=sys.stderr, flush=True)
+            os._exit(1)
+        connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    except BaseException as error:
+        connection.sendall(json.dumps({"error": repr(error)}).encode() + b"\n")
+    os._exit(0)
+
+
+def _preload() -> None:
+    """Import everything the agent will import, so the forks share it."""
+    import uvicorn.lifespan.on
+    import uvicorn.loops.auto
+    import uvicorn.protocols.http.auto
+    import uvicorn.protocols.websockets.auto
+
+    from orchard.env.agent import app, server  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # uvloop and httptools are optional
+        import uvicorn.loops.uvloop
+        import uvicorn.protocols.http.httptools_impl  # noqa: F401
+        import uvloop  # noqa: F401
+
+
+def serve(socket_path: str) -> None:
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")  # dies with its orchestrator
+    _preload()
+    gc.collect()
+    gc.freeze()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the launch children exit at once: no zombies
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(256)
+    print("ready", flush=True)
+    while True:
+        connection, _ = listener.accept()
+        with connection:
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = connection.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            if not data.endswith(b"\n"):
+                continue
+            if os.fork() == 0:
+                listener.close()
+                _launch(connection, json.loads(data))
+
+
+# ----------------------------------------------------------- in the orchestrator
+
+
+class Zygote:
+    """The orchestrator's handle on its zygote process, started on first use."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self._process: asyncio.subprocess.Process | None = None
+        self._starting = asyncio.Lock()
+
+    async def _ensure(self) -> None:
+        async with self._starting:
+            if self._process is not None and self._process.returncode is None:
+                return
+            if os.path.exists(self.socket_path):
+                os.unlink(self.socket_path)
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "orchard.env.backends.zygote", "--socket", self.socket_path,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env={"PATH": os.environ.get("PATH", "")})
+            line = await asyncio.wait_for(self._process.stdout.readline(), 60)
+            if line.strip() != b"ready":
+                raise RuntimeError(f"the zygote did not start: {line!r}")
+
+    async def launch(self, request: dict) -> int:
+        """Start a sandbox as ``request`` says; return the host pid of its PID 1."""
+        await self._ensure()
+        reader, writer = await asyncio.open_unix_connection(self.socket_path)
+        try:
+            writer.write(json.dumps(request).encode() + b"\n")
+            await writer.drain()
+            answer = json.loads(await asyncio.wait_for(reader.readline(), 30))
+        finally:
+            writer.close()
+        if "error" in answer:
+            raise RuntimeError(f"the zygote could not launch the sandbox: {answer['error']}")
+        return int(answer["pid"])
+
+    async def close(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+            await self._process.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Orchard's sandbox zygote (started by the local backend)")
+    parser.add_argument("--socket", required=True)
+    serve(parser.parse_args().socket)
+
+
+if __name__ == "__main__":
+    main()
