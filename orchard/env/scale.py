@@ -221,6 +221,8 @@ def render_stress(summary: dict[str, Any]) -> str:
         ("exec p50 / p99", "{p50_ms:,.1f} / {p99_ms:,.1f} ms".format(**stress_result["exec_ms"])),
         ("unique memory (USS) per sandbox", f"{stress_result['uss_per_sandbox_mib']:.1f} MiB"),
         ("host memory per sandbox", f"{stress_result['host_memory_per_sandbox_mib']:.1f} MiB"),
+        ("errors", f"{stress_result['error_count']:,}" + (f" (first: `{stress_result['errors'][0][:120]}`)"
+                                                          if stress_result["errors"] else "")),
     ] + [(name.replace("_ms", "").replace("_", " ") + " p50 / p99", "{p50_ms:,.1f} / {p99_ms:,.1f} ms".format(**v))
          for name, v in latency.items()]
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)

@@ -39,6 +39,7 @@ from importlib import resources
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP = 1, 24
+LAUNCH_BACKLOG = 128
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 CAPABILITIES = {"chown": 0, "dac_override": 1, "dac_read_search": 2, "fowner": 3, "fsetid": 4, "kill": 5,
                 "setgid": 6, "setuid": 7, "setpcap": 8, "net_bind_service": 10, "net_raw": 13,
@@ -151,7 +152,7 @@ def serve(socket_path: str) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the launch children exit at once: no zombies
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(socket_path)
-    listener.listen(256)
+    listener.listen(LAUNCH_BACKLOG)
     print("ready", flush=True)
     while True:
         connection, _ = listener.accept()
@@ -179,6 +180,9 @@ class Zygote:
         self.socket_path = socket_path
         self._process: asyncio.subprocess.Process | None = None
         self._starting = asyncio.Lock()
+        # The zygote answers one launch at a time: more connections than its backlog would be
+        # refused (EAGAIN), so the waiting happens here.
+        self._in_flight = asyncio.Semaphore(LAUNCH_BACKLOG // 2)
 
     async def _ensure(self) -> None:
         async with self._starting:
@@ -196,13 +200,14 @@ class Zygote:
     async def launch(self, request: dict) -> int:
         """Start a sandbox as ``request`` says; return the host pid of its PID 1."""
         await self._ensure()
-        reader, writer = await asyncio.open_unix_connection(self.socket_path)
-        try:
-            writer.write(json.dumps(request).encode() + b"\n")
-            await writer.drain()
-            answer = json.loads(await asyncio.wait_for(reader.readline(), 30))
-        finally:
-            writer.close()
+        async with self._in_flight:
+            reader, writer = await asyncio.open_unix_connection(self.socket_path)
+            try:
+                writer.write(json.dumps(request).encode() + b"\n")
+                await writer.drain()
+                answer = json.loads(await asyncio.wait_for(reader.readline(), 30))
+            finally:
+                writer.close()
         if "error" in answer:
             raise RuntimeError(f"the zygote could not launch the sandbox: {answer['error']}")
         return int(answer["pid"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 
@@ -40,6 +41,9 @@ class SandboxManager:
         self.agents = AgentPool()
         self._records: dict[str, SandboxRecord] = {}  # hot-path cache; the store stays authoritative
         self._reaper: asyncio.Task | None = None
+        # Sandboxes starting at once. Past the point where the CPUs are busy, more only slow every
+        # start down (a thousand at once all miss READY_TIMEOUT); the rest wait their turn here.
+        self._starting = asyncio.Semaphore(max(8, 4 * (os.cpu_count() or 1)))
 
     # ------------------------------------------------------------------ lookup
 
@@ -85,8 +89,13 @@ class SandboxManager:
         info = SandboxInfo(id=sandbox_id, status="creating", spec=spec, created_at=now, expires_at=now + spec.ttl,
                            backend=self.backend.name)
         await self.store.put(SandboxRecord(info=info, agent_url="", agent_token=""))
+        async with self._starting:
+            return await self._start(info, wait)
+
+    async def _start(self, info: SandboxInfo, wait: bool) -> SandboxInfo:
+        sandbox_id = info.id
         try:
-            handle = await self.backend.create(sandbox_id, spec)
+            handle = await self.backend.create(sandbox_id, info.spec)
         except BaseException as exc:
             await self.store.delete(sandbox_id)
             with contextlib.suppress(Exception):
