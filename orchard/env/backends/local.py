@@ -38,14 +38,16 @@ import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import resources
 
 from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
 from orchard.env.backends.base import BackendError, SandboxHandle
 from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
+from orchard.env.backends.rootfs import RootPlan
 from orchard.env.backends.snapshots import RootSpec, SnapshotStore
 from orchard.env.backends.zygote import Zygote
+from orchard.env.bundle import AGENT, SETPRIV
 from orchard.env.images import ImageConfig, ImageError, ImageUser, resolve_user, unpack_image
 
 log = logging.getLogger(__name__)
@@ -167,39 +169,58 @@ class LocalBackend:
             except ImageError as error:
                 raise BackendError(f"image {name!r} cannot be used: {error}", 400, ErrorCode.IMAGE_INVALID) from None
 
-    def _init_env(self, sandbox_id: str, sandbox_dir: str, root: RootSpec, image: Image | None) -> dict[str, str]:
-        env = {
+    def _hostname(self, sandbox_id: str) -> str:
+        return f"sandbox-{sandbox_id[:12]}"
+
+    def _zygote_request(self, sandbox_id: str, sandbox_dir: str, spec: SandboxSpec, root: RootSpec,
+                        image: Image | None, join: list[str]) -> dict:
+        """How the zygote starts a sandbox of a root backend (see zygote.py)."""
+        hostname = self._hostname(sandbox_id)
+        plan = RootPlan(sandbox_dir, image.rootfs if image else "/", root.workdir, hostname,
+                        hide=() if image else self.hide, runtime=() if image else tuple(_runtime_paths()),
+                        bundle=self.agent_bundle if image else None)
+        agent_args = ["--uds", "/run/orchard/agent.sock", "--token-file", "/run/orchard/token", "--env-file",
+                      "/run/orchard/env.json", "--state-dir", "/run/orchard/state", "--workdir", root.workdir]
+        caps = ",".join(f"+{cap}" for cap in SANDBOX_CAPS)
+        if image:  # the bundle's agent, with only the hostname: commands get the image's env from env.json
+            user = [f"--user={image.user.uid}:{image.user.gid}"] if image.user.uid else []
+            command = [SETPRIV, "--bounding-set", f"-all,{caps}", AGENT, *agent_args, *user]
+            agent_env = {"HOSTNAME": hostname}
+        else:
+            command, agent_env = [], {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "HOSTNAME": hostname}
+        return {"plan": asdict(plan), "join": join, "memory": spec.memory_bytes, "pids": spec.pids,
+                "log": os.path.join(sandbox_dir, "agent.log"), "net": spec.network == "none",
+                "caps": list(SANDBOX_CAPS), "exec": command, "agent_env": agent_env, "agent_args": agent_args}
+
+    def _init_env(self, sandbox_id: str, sandbox_dir: str, workdir: str) -> dict[str, str]:
+        """The environment of ``sandbox_init.sh`` (the rootless path)."""
+        return {
             "ORCHARD_SANDBOX_DIR": sandbox_dir,
             "ORCHARD_HIDE": " ".join(self.hide),
             "ORCHARD_RUNTIME": " ".join(_runtime_paths()),
-            "ORCHARD_WORKDIR": root.workdir,
-            "ORCHARD_HOSTNAME": f"sandbox-{sandbox_id[:12]}",
+            "ORCHARD_WORKDIR": workdir,
+            "ORCHARD_HOSTNAME": self._hostname(sandbox_id),
             "ORCHARD_PYTHON": sys.executable,
             "ORCHARD_PATH": DEFAULT_PATH,
             "ORCHARD_CAPS": ",".join(f"+{cap}" for cap in SANDBOX_CAPS),
-            "ORCHARD_IMAGE_ROOTFS": image.rootfs if image else "",
-            "ORCHARD_BUNDLE": self.agent_bundle or "",
-            "ORCHARD_USER": f"{image.user.uid}:{image.user.gid}" if image and image.user.uid else "",
             "PATH": DEFAULT_PATH,
             "HOME": "/root",
             "LANG": "C.UTF-8",
         }
-        return {**env, "ORCHARD_ENV_NAMES": " ".join([*env, "ORCHARD_ENV_NAMES"])}
 
     def _launch_argv(self, sandbox_dir: str, spec: SandboxSpec, workdir: str, join: list[str],
                      limits: Limits) -> list[str]:
-        """The launcher: join the cgroups (or set rlimits), then create namespaces and run init."""
+        """The launcher without root: set rlimits (or join cgroups), then create a user namespace and
+        the others, and run ``sandbox_init.sh``; with ``isolation="none"``, the agent on the host."""
         if spec.isolation == "none":
             root = os.path.join(sandbox_dir, "fs")
             inner = [sys.executable, "-m", "orchard.env.agent", "--uds", f"{sandbox_dir}/run/agent.sock",
                      "--token-file", f"{sandbox_dir}/run/token", "--env-file", f"{sandbox_dir}/run/env.json",
                      "--state-dir", f"{sandbox_dir}/run/state", "--root", root, "--workdir", workdir]
         else:
-            flags = ["--pid", "--mount", "--uts", "--ipc", "--fork"]
+            flags = ["--user", "--map-root-user", "--pid", "--mount", "--uts", "--ipc", "--fork"]
             if spec.network == "none":
                 flags.append("--net")
-            if not self.rootful:
-                flags = ["--user", "--map-root-user", *flags]
             init = str(resources.files("orchard.env.backends").joinpath("sandbox_init.sh"))
             inner = ["unshare", *flags, "/bin/sh", init]
         if not join:
@@ -257,22 +278,14 @@ class LocalBackend:
 
         limits = Limits(memory_bytes=spec.memory_bytes, pids=spec.pids, cpu=spec.cpu)
         join = self.cgroups.create(sandbox_id, limits) if self.cgroups.available else []
-        init_env = self._init_env(sandbox_id, sandbox_dir, root, image)  # never the orchestrator's (API key)
-        if join and self.rootful and image is None and spec.isolation != "none":
-            pid = await self._zygote.launch({
-                "env": init_env, "join": join, "log": os.path.join(sandbox_dir, "agent.log"),
-                "net": spec.network == "none", "caps": list(SANDBOX_CAPS),
-                "agent_env": {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8",
-                              "HOSTNAME": init_env["ORCHARD_HOSTNAME"]},
-                "agent_args": ["--uds", "/run/orchard/agent.sock", "--token-file", "/run/orchard/token",
-                               "--env-file", "/run/orchard/env.json", "--state-dir", "/run/orchard/state",
-                               "--workdir", root.workdir]})
+        if self.rootful and spec.isolation != "none":
+            pid = await self._zygote.launch(self._zygote_request(sandbox_id, sandbox_dir, spec, root, image, join))
             return self._launched(sandbox_id, sandbox_dir, pid, token)
         with open(os.path.join(sandbox_dir, "agent.log"), "wb") as agent_log:
             process = await asyncio.create_subprocess_exec(
                 *self._launch_argv(sandbox_dir, spec, root.workdir, join, limits),
                 stdin=subprocess.DEVNULL, stdout=agent_log, stderr=agent_log, start_new_session=True,
-                env=init_env,
+                env=self._init_env(sandbox_id, sandbox_dir, root.workdir),  # not the orchestrator's (API key)
             )
         self._launchers[sandbox_id] = process
         return self._launched(sandbox_id, sandbox_dir, process.pid, token)

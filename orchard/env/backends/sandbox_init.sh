@@ -1,11 +1,10 @@
 #!/bin/sh
-# Orchard local sandbox init: PID 1 of fresh pid/mount/uts/ipc(/net) namespaces.
+# Orchard local sandbox init: PID 1 of fresh pid/mount/uts/ipc(/net) namespaces, on the rootless
+# path (a backend running as root builds the same root with system calls: rootfs.py, zygote.py).
 #
 # Builds the sandbox's private root and execs the agent in it:
 #   /                 overlay: the host's / read-only below, a private writable layer above
-#                     (rootless fallback: read-only binds of the host's top-level directories),
-#                     or, with an image, the image's cached root filesystem below
-#   /.orchard         with an image: the agent bundle, read-only (orchard env bundle)
+#                     (rootless fallback: read-only binds of the host's top-level directories)
 #   hidden paths      replaced by empty private directories (/root, /home, /tmp, /run, state dir...)
 #   runtime paths     the agent's Python, bound read-only at their host paths
 #   /proc /dev /sys   fresh proc for the new pid namespace, a minimal /dev, read-only sysfs
@@ -19,16 +18,7 @@ SB="$ORCHARD_SANDBOX_DIR"
 R="$SB/merged"
 
 mount --make-rprivate /
-if [ -n "$ORCHARD_IMAGE_ROOTFS" ]; then
-  # From an image: its cached root filesystem below, the private writable layer above; the agent
-  # comes from the bundle, so nothing of the host is mounted and nothing needs hiding.
-  mount -t overlay overlay -o "lowerdir=$ORCHARD_IMAGE_ROOTFS,upperdir=$SB/upper,workdir=$SB/work" "$R" || {
-    echo "orchard: cannot mount an overlay of the image (image sandboxes need root)" >&2; exit 1; }
-  mkdir -p "$R/.orchard" "$R/proc" "$R/dev" "$R/sys" "$R/tmp"
-  mount --bind "$ORCHARD_BUNDLE" "$R/.orchard"
-  mount -o remount,bind,ro "$R/.orchard"
-  ORCHARD_HIDE="" ORCHARD_RUNTIME=""
-elif ! mount -t overlay overlay -o "lowerdir=/,upperdir=$SB/upper,workdir=$SB/work" "$R" 2>/dev/null; then
+if ! mount -t overlay overlay -o "lowerdir=/,upperdir=$SB/upper,workdir=$SB/work" "$R" 2>/dev/null; then
   # Rootless (a user namespace), where the kernel refuses an overlay of the host's /: build the
   # root from read-only bind mounts of the host's top-level directories on a small tmpfs instead.
   # The host tree is then read-only; /workspace, /tmp, /root and the other hidden paths stay writable.
@@ -95,24 +85,8 @@ umount -l /.oldroot
 rmdir /.oldroot
 cd /
 
-# The zygote (zygote.py) runs this script as a child of the sandbox's PID 1, which then drops its
-# own capabilities and runs the agent it has in memory.
-[ -z "${ORCHARD_SETUP_ONLY:-}" ] || exit 0
-
 # Drop every capability a container runtime would not give (mount, mknod, module loading, raw I/O,
 # ptrace, ...) from the bounding set: nothing the agent starts can ever regain them.
-if [ -n "$ORCHARD_IMAGE_ROOTFS" ]; then
-  # The image may have neither env nor setpriv: the bundle's setpriv and frozen agent, with an
-  # environment holding only the hostname (commands get the image's, from env.json).
-  user="$ORCHARD_USER" caps="$ORCHARD_CAPS" workdir="$ORCHARD_WORKDIR" HOSTNAME="$ORCHARD_HOSTNAME"
-  for name in $ORCHARD_ENV_NAMES OLDPWD PWD; do  # what the backend and cd set (no sed or env here)
-    unset "$name"
-  done
-  export HOSTNAME
-  exec /.orchard/bin/setpriv --bounding-set "-all,$caps" /.orchard/agent/orchard-agent \
-    --uds /run/orchard/agent.sock --token-file /run/orchard/token --env-file /run/orchard/env.json \
-    --state-dir /run/orchard/state --workdir "$workdir" ${user:+--user "$user"}
-fi
 exec setpriv --bounding-set "-all,$ORCHARD_CAPS" env -i PATH="$ORCHARD_PATH" HOME=/root LANG=C.UTF-8 HOSTNAME="$ORCHARD_HOSTNAME" \
   "$ORCHARD_PYTHON" -m orchard.env.agent --uds /run/orchard/agent.sock --token-file /run/orchard/token \
   --env-file /run/orchard/env.json --state-dir /run/orchard/state --workdir "$ORCHARD_WORKDIR"

@@ -10,15 +10,14 @@ and serves launch requests on a Unix socket. For each request:
    creates the new namespaces with ``unshare(2)`` (mount, UTS, IPC, PID and, for
    ``network="none"``, network);
 2. that child forks the sandbox's PID 1, answers the orchestrator with its host pid, and exits;
-3. PID 1 runs ``sandbox_init.sh`` in setup-only mode as a child process: the script builds the
-   root and ``pivot_root``s the whole mount namespace, PID 1 included, into it;
-4. PID 1 then drops every capability outside :data:`SANDBOX_CAPS` (bounding, permitted,
-   effective and inheritable sets), cleans its environment, and runs the agent it already has in
-   memory.
+3. PID 1 builds the sandbox's root with system calls (:func:`orchard.env.backends.rootfs.build_root`)
+   and ``pivot_root``s into it;
+4. on the host's root, PID 1 then drops every capability outside the sandbox's set (bounding,
+   permitted, effective and inheritable), cleans its environment, and runs the agent it already
+   has in memory; in an image, it execs the agent bundle's ``setpriv`` and frozen agent instead.
 
-Pages stay shared copy-on-write between the zygote and every sandbox until written. The zygote
-is used where the backend runs as root with cgroups and the sandbox needs nothing else: images
-(whose agent is the bundle's) and the rootless path keep ``unshare`` and the init script's exec.
+Pages stay shared copy-on-write between the zygote and every sandbox until written. Every sandbox
+of a root backend starts here; the rootless path keeps ``unshare`` and ``sandbox_init.sh``.
 """
 
 from __future__ import annotations
@@ -30,11 +29,13 @@ import ctypes
 import gc
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
-from importlib import resources
+
+from orchard.env.backends.rootfs import LIBC, RootPlan, build_root, libc_call
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
@@ -44,15 +45,6 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 CAPABILITIES = {"chown": 0, "dac_override": 1, "dac_read_search": 2, "fowner": 3, "fsetid": 4, "kill": 5,
                 "setgid": 6, "setuid": 7, "setpcap": 8, "net_bind_service": 10, "net_raw": 13,
                 "sys_chroot": 18, "audit_write": 29, "setfcap": 31}
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"{what}: {os.strerror(error)}")
-
 
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -70,12 +62,12 @@ def drop_capabilities(keep: tuple[str, ...]) -> None:
         last = int(handle.read())
     for cap in range(last + 1):
         if not mask >> cap & 1:
-            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
+            libc_call(LIBC.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap}")
     data = (_CapData * 2)()
     for word in range(2):
         bits = (mask >> (32 * word)) & 0xFFFFFFFF
         data[word].effective = data[word].permitted = bits
-    _check(_libc.capset(ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), data), "capset")
+    libc_call(LIBC.capset(ctypes.byref(_CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)), data), "capset")
 
 
 # ------------------------------------------------------------ inside the zygote
@@ -86,11 +78,9 @@ def _become_sandbox(request: dict) -> None:
     from orchard.env.agent import server as agent_server
 
     os.setsid()
-    init = str(resources.files("orchard.env.backends").joinpath("sandbox_init.sh"))
-    setup = subprocess.run(["/bin/sh", init], env={**request["env"], "ORCHARD_SETUP_ONLY": "1"})
-    if setup.returncode != 0:
-        os._exit(setup.returncode or 1)
-    os.chdir("/")
+    build_root(RootPlan(**request["plan"]))
+    if request["exec"]:  # an image: its agent is the bundle's, which starts the same way from here
+        os.execve(request["exec"][0], request["exec"], request["agent_env"])
     drop_capabilities(tuple(request["caps"]))
     os.environ.clear()
     os.environ.update(request["agent_env"])
@@ -107,13 +97,16 @@ def _launch(connection: socket.socket, request: dict) -> None:
         for procs in request["join"]:
             with open(procs, "w") as handle:
                 handle.write(str(os.getpid()))
+        if not request["join"]:  # no cgroups to write: per-process limits, as prlimit would set
+            resource.setrlimit(resource.RLIMIT_AS, (request["memory"], request["memory"]))
+            resource.setrlimit(resource.RLIMIT_NPROC, (request["pids"], request["pids"]))
         log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
         flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | (CLONE_NEWNET if request["net"] else 0)
-        _check(_libc.unshare(flags), "unshare")
+        libc_call(LIBC.unshare(flags), "unshare")
         pid = os.fork()
         if pid == 0:
             connection.close()
@@ -121,7 +114,8 @@ def _launch(connection: socket.socket, request: dict) -> None:
             try:
                 _become_sandbox(request)
             except BaseException as error:  # the log is what the orchestrator reports
-                print(f"orchard zygote: the sandbox failed to start: {error!r}", file=sys.stderr, flush=True)
+                print(f"orchard zygote: the sandbox failed to start: {type(error).__name__}: {error}", file=sys.stderr,
+                      flush=True)
             os._exit(1)
         connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
     except BaseException as error:
@@ -145,7 +139,7 @@ def _preload() -> None:
 
 
 def serve(socket_path: str) -> None:
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")  # dies with its orchestrator
+    libc_call(LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")  # dies with its orchestrator
     _preload()
     gc.collect()
     gc.freeze()
