@@ -5,11 +5,14 @@ Layout of one sandbox under ``<state_dir>/sandboxes/<id>/``::
     upper/ work/ merged/   overlay of the host's / (read-only) with a private writable layer
     private/N              empty directories that hide host paths (/root, /home, /tmp, ...)
     run/                   agent.sock, token (deleted once read), env.json, state/ -> /run/orchard
+    root.json              image, workdir and command environment (what a snapshot carries)
     launcher.json          pid and start time of the launcher, to recover after a restart
     agent.log              the agent's stdout/stderr
 
-The launcher is ``unshare`` (util-linux), run as a new session so the sandbox outlives the
-orchestrator process: a restarted orchestrator re-adopts it through the store, or reaps it.
+As root, the launcher is the sandbox's PID 1 itself, forked from the zygote
+(:mod:`orchard.env.backends.zygote`); without root, it is ``unshare`` running ``sandbox_init.sh``.
+Either runs in its own session, so the sandbox outlives the orchestrator process: a restarted
+orchestrator re-adopts it through the store, or reaps it.
 
 A sandbox made from an image (``SandboxSpec.image``: a ``docker save`` tarball or an OCI layout in
 ``images_dir``) has the image's root filesystem, unpacked once into ``<state_dir>/image-cache`` and
