@@ -241,6 +241,8 @@ class SandboxSpec(BaseModel):
                                                          "(a 5e-324 core quota, found by fuzzing, never did).")
     memory: str = Field("1Gi", description="Kubernetes-style quantity, between 16Mi and 1Ti.")
     pids: int = Field(1024, ge=16, le=1 << 20, description="Maximum number of tasks.")
+    disk: str | None = Field(None, description="Quota on what the sandbox writes, Kubernetes-style, between 1Mi "
+                                               "and 1Ti; none: the host's free space. Local backend: a tmpfs.")
     ttl: float = Field(600.0, gt=0, le=7 * 86_400, description="Seconds without heartbeat before reaping.")
     network: Literal["none", "host"] = "none"
     isolation: Literal["namespaces", "none"] = Field(
@@ -265,9 +267,20 @@ class SandboxSpec(BaseModel):
             raise ValueError("memory must be between 16Mi and 1Ti")
         return memory
 
+    @field_validator("disk")
+    @classmethod
+    def _disk_ok(cls, disk: str | None) -> str | None:
+        if disk is not None and not (1 << 20) <= parse_memory(disk) <= (1 << 40):
+            raise ValueError("disk must be between 1Mi and 1Ti")
+        return disk
+
     @property
     def memory_bytes(self) -> int:
         return parse_memory(self.memory)
+
+    @property
+    def disk_bytes(self) -> int | None:
+        return parse_memory(self.disk) if self.disk else None
 
 
 # A sandbox that fails to start is deleted, and the create (or wait) call answers with the reason.

@@ -2,8 +2,9 @@
 
 Layout of one sandbox under ``<state_dir>/sandboxes/<id>/``::
 
-    upper/ work/ merged/   overlay of the host's / (read-only) with a private writable layer
-    private/N              empty directories that hide host paths (/root, /home, /tmp, ...)
+    rw/                    everything the sandbox writes (a tmpfs of ``disk`` bytes if the spec sets it):
+      upper/ work/         the overlay's writable layer, over the host's / or an image (merged/)
+      private/N            empty directories that hide host paths (/root, /home, /tmp, ...)
     run/                   agent.sock, token (deleted once read), env.json, state/ -> /run/orchard
     root.json              image, workdir and command environment (what a snapshot carries)
     launcher.json          pid and start time of the launcher, to recover after a restart
@@ -47,7 +48,7 @@ from importlib import resources
 from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
 from orchard.env.backends.base import BackendError, SandboxHandle
 from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
-from orchard.env.backends.rootfs import RootPlan
+from orchard.env.backends.rootfs import MS_NODEV, MS_NOSUID, RootPlan, mount, umount
 from orchard.env.backends.snapshots import RootSpec, SnapshotStore
 from orchard.env.backends.zygote import Zygote
 from orchard.env.bundle import AGENT, SETPRIV
@@ -155,16 +156,16 @@ class LocalBackend:
 
     async def _image(self, name: str) -> tuple[str, ImageConfig]:
         """The cached root filesystem and config of the image ``name`` in ``images_dir``."""
-        if self.agent_bundle is None:
-            raise BackendError("image sandboxes need the agent bundle: build it with `orchard env bundle --out DIR` "
-                               "and start the orchestrator with --agent-bundle DIR", 501,
-                               ErrorCode.ISOLATION_UNAVAILABLE)
         path = os.path.join(self.images_dir, name) if self.images_dir else None
         if path is None or not os.path.exists(path):
             offered = sorted(os.listdir(self.images_dir)) if self.images_dir else []
             raise BackendError(f"unknown image {name!r}; this orchestrator offers {offered or 'no images'} "
                                f"(the files and OCI layouts in --images {self.images_dir})", 404,
                                ErrorCode.IMAGE_NOT_FOUND)
+        if self.agent_bundle is None:
+            raise BackendError("image sandboxes need the agent bundle: build it with `orchard env bundle --out DIR` "
+                               "and start the orchestrator with --agent-bundle DIR", 501,
+                               ErrorCode.ISOLATION_UNAVAILABLE)
         lock = self._unpacking.setdefault(name, asyncio.Lock())
         async with lock:  # one unpack per image; the sandboxes that wait share its result
             try:
@@ -264,7 +265,13 @@ class LocalBackend:
         root = RootSpec(image_name, workdir, base.env)
         sandbox_dir = self._dir(sandbox_id)
         run_dir = os.path.join(sandbox_dir, "run")
-        for sub in ("upper", "work", "merged", "private", "run/state"):
+        os.makedirs(os.path.join(sandbox_dir, "rw"), exist_ok=True)
+        if spec.disk_bytes:
+            if not self.rootful:
+                raise BackendError("a disk quota needs a backend running as root", 501, ErrorCode.ISOLATION_UNAVAILABLE)
+            mount("tmpfs", os.path.join(sandbox_dir, "rw"), "tmpfs", MS_NOSUID | MS_NODEV,
+                  f"size={spec.disk_bytes},mode=755")
+        for sub in ("rw/upper", "rw/work", "merged", "rw/private", "run/state"):
             os.makedirs(os.path.join(sandbox_dir, sub), exist_ok=True)
         if spec.isolation == "none":
             os.makedirs(os.path.join(sandbox_dir, "fs", workdir.lstrip("/")), exist_ok=True)
@@ -325,6 +332,8 @@ class LocalBackend:
         if process is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), 10)
+        if os.path.ismount(os.path.join(sandbox_dir, "rw")):  # a disk quota's tmpfs, on the host
+            umount(os.path.join(sandbox_dir, "rw"))
         await asyncio.to_thread(shutil.rmtree, sandbox_dir, True)
 
     # ------------------------------------------------------------- snapshots

@@ -64,6 +64,11 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, d
           f"mount {fstype or 'bind'} on {target}")
 
 
+def umount(target: str) -> None:
+    """Detach ``target`` (lazily: it goes once nothing uses it)."""
+    libc_call(LIBC.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+
+
 def bind(source: str, target: str, read_only: bool = False, recursive: bool = False) -> None:
     mount(source, target, None, MS_BIND | (MS_REC if recursive else 0))
     if read_only:
@@ -98,7 +103,7 @@ def build_root(plan: RootPlan) -> None:
     sandbox, root = plan.sandbox_dir, f"{plan.sandbox_dir}/merged"
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("overlay", root, "overlay", 0,
-          f"lowerdir={plan.lower},upperdir={sandbox}/upper,workdir={sandbox}/work")
+          f"lowerdir={plan.lower},upperdir={sandbox}/rw/upper,workdir={sandbox}/rw/work")
     for path in ("proc", "dev", "sys", "tmp"):
         os.makedirs(f"{root}/{path}", exist_ok=True)
     if plan.bundle:
@@ -106,8 +111,8 @@ def build_root(plan: RootPlan) -> None:
         bind(plan.bundle, f"{root}/.orchard", read_only=True)
     for number, path in enumerate(plan.hide, 1):
         if os.path.isdir(f"{root}{path}"):
-            os.makedirs(f"{sandbox}/private/{number}", exist_ok=True)
-            bind(f"{sandbox}/private/{number}", f"{root}{path}")
+            os.makedirs(f"{sandbox}/rw/private/{number}", exist_ok=True)
+            bind(f"{sandbox}/rw/private/{number}", f"{root}{path}")
     for path in ("tmp", "var/tmp"):
         with contextlib.suppress(OSError):
             os.chmod(f"{root}/{path}", 0o1777)
@@ -131,6 +136,6 @@ def build_root(plan: RootPlan) -> None:
     os.chdir(root)
     os.makedirs(".oldroot", exist_ok=True)
     libc_call(LIBC.syscall(SYS_PIVOT_ROOT[platform.machine()], b".", b".oldroot"), "pivot_root")
-    libc_call(LIBC.umount2(b"/.oldroot", MNT_DETACH), "umount /.oldroot")
+    umount("/.oldroot")
     os.rmdir("/.oldroot")
     os.chdir("/")

@@ -18,7 +18,7 @@ SB="$ORCHARD_SANDBOX_DIR"
 R="$SB/merged"
 
 mount --make-rprivate /
-if ! mount -t overlay overlay -o "lowerdir=/,upperdir=$SB/upper,workdir=$SB/work" "$R" 2>/dev/null; then
+if ! mount -t overlay overlay -o "lowerdir=/,upperdir=$SB/rw/upper,workdir=$SB/rw/work" "$R" 2>/dev/null; then
   # Rootless (a user namespace), where the kernel refuses an overlay of the host's /: build the
   # root from read-only bind mounts of the host's top-level directories on a small tmpfs instead.
   # The host tree is then read-only; /workspace, /tmp, /root and the other hidden paths stay writable.
@@ -35,16 +35,16 @@ if ! mount -t overlay overlay -o "lowerdir=/,upperdir=$SB/upper,workdir=$SB/work
       mount -o remount,bind,ro "$R/$name" 2>/dev/null || true
     fi
   done
-  mkdir -p "$SB/upper$ORCHARD_WORKDIR" "$R$ORCHARD_WORKDIR"
-  mount --bind "$SB/upper$ORCHARD_WORKDIR" "$R$ORCHARD_WORKDIR"
+  mkdir -p "$SB/rw/upper$ORCHARD_WORKDIR" "$R$ORCHARD_WORKDIR"
+  mount --bind "$SB/rw/upper$ORCHARD_WORKDIR" "$R$ORCHARD_WORKDIR"
 fi
 
 n=0
 for path in $ORCHARD_HIDE; do
   n=$((n + 1))
   if [ -d "$R$path" ]; then
-    mkdir -p "$SB/private/$n"
-    mount --bind "$SB/private/$n" "$R$path"
+    mkdir -p "$SB/rw/private/$n"
+    mount --bind "$SB/rw/private/$n" "$R$path"
   fi
 done
 chmod 1777 "$R/tmp" "$R/var/tmp" 2>/dev/null || true

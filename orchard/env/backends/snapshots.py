@@ -1,7 +1,7 @@
 """Snapshots of local sandboxes: a copy of what a sandbox changed, that new sandboxes start from.
 
 A local sandbox's root is an overlay: a base (the host's ``/`` or an image's cached root) below,
-the sandbox's private writable layer (``upper/``) above. Everything the sandbox changed is in that
+the sandbox's private writable layer (``rw/upper/``) above. Everything the sandbox changed is in that
 layer, whiteouts (deletions) and opaque-directory markers included, plus the private directories
 that hide host paths (``/tmp``, ``/root``, ``/home``...), which are bind mounts. A snapshot copies
 both, while the sandbox's cgroup is frozen so that nothing moves meanwhile, into
@@ -33,7 +33,7 @@ from orchard.env.api import ErrorCode, SnapshotInfo
 from orchard.env.backends.base import BackendError
 
 ROOT_SPEC_FILE = "root.json"  # in each sandbox's directory
-COPIED = ("upper", "private")  # what a snapshot holds of a sandbox's directory
+COPIED = ("upper", "private")  # what a snapshot holds of a sandbox's writable directory, rw/
 
 
 @dataclass
@@ -108,7 +108,7 @@ class SnapshotStore:
         os.makedirs(staging)
         try:
             for name in COPIED:
-                _copy_tree(os.path.join(sandbox_dir, name), os.path.join(staging, name))
+                _copy_tree(os.path.join(sandbox_dir, "rw", name), os.path.join(staging, name))
             info = SnapshotInfo(id=snapshot_id, source=sandbox_id, created_at=time.time(),
                                 size_bytes=_size(staging), image=root.image)
             with open(os.path.join(staging, "meta.json"), "w") as handle:
@@ -122,7 +122,7 @@ class SnapshotStore:
     def seed(self, snapshot_id: str, sandbox_dir: str) -> None:
         """Give a new sandbox its own copy of the snapshot's files."""
         for name in COPIED:
-            target = os.path.join(sandbox_dir, name)
+            target = os.path.join(sandbox_dir, "rw", name)
             shutil.rmtree(target, ignore_errors=True)
             _copy_tree(os.path.join(self._dir(snapshot_id), name), target)
 

@@ -217,3 +217,17 @@ def test_the_agent_reaps_orphans_as_pid_1(sandbox):
         return not any(state.startswith("Z") for state in states)
 
     wait_until(no_zombies, what="orphans to be reaped")
+
+
+def test_a_disk_quota_is_a_clear_error_and_spares_the_others(client):
+    from orchard.env.client import NoSpace
+
+    with client.create(disk="16Mi") as small, client.create() as other:
+        full = small.exec("dd if=/dev/zero of=big bs=1M count=64")
+        assert full.exit_code != 0 and "No space left on device" in full.stderr
+        with pytest.raises(NoSpace):
+            small.write_file("more.bin", b"x" * (32 << 20))
+        assert small.exec("dd if=/dev/zero of=/tmp/big bs=1M count=64").exit_code != 0  # /tmp counts too
+        small.exec("rm -f big /tmp/big more.bin").check()  # freeing space makes it usable again
+        assert small.exec("echo ok > f && cat f").stdout == "ok\n"
+        assert other.exec("dd if=/dev/zero of=big bs=1M count=32 2>/dev/null && echo done").stdout == "done\n"

@@ -121,8 +121,10 @@ def test_bad_images_get_clear_errors_and_leave_nothing(client, server):
     assert not os.path.exists(os.path.join(os.path.dirname(server.state_dir), "outside"))
 
 
-def test_an_orchestrator_without_the_bundle_says_how_to_build_it(orchestrator):
-    with orchestrator.client() as plain, pytest.raises(IsolationUnavailable, match="orchard env bundle"):
+def test_an_orchestrator_without_the_bundle_says_how_to_build_it(images):
+    require_root()
+    with (local_server(images_dir=images) as no_bundle, no_bundle.client() as plain,
+          pytest.raises(IsolationUnavailable, match="orchard env bundle")):
         plain.create(image="busybox.tar")
 
 
