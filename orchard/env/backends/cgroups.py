@@ -45,7 +45,10 @@ class CgroupManager:
     def _bases(self) -> dict[str, str]:
         if self.version == 2:
             return {"unified": os.path.join(self.root, self.group)}
-        return {c: os.path.join(self.root, c, self.group) for c in ("memory", "pids", "cpu")}
+        controllers = ["memory", "pids", "cpu"]
+        if os.path.isdir(os.path.join(self.root, "freezer")):  # optional: only snapshots use it
+            controllers.append("freezer")
+        return {c: os.path.join(self.root, c, self.group) for c in controllers}
 
     def _prepare(self) -> bool:
         """Whether this process may create cgroups here; nothing is created until a sandbox needs it."""
@@ -83,28 +86,36 @@ class CgroupManager:
 
     @contextlib.contextmanager
     def frozen(self, sandbox_id: str, timeout: float = 5.0) -> Iterator[bool]:
-        """Freeze every process of the sandbox for the block (cgroup v2's ``cgroup.freeze``), so that
-        its files hold still while they are copied; yields whether it could."""
-        if not (self.available and self.version == 2):
+        """Freeze every process of the sandbox for the block (cgroup v2's ``cgroup.freeze``, or v1's
+        freezer controller), so that its files hold still while they are copied; yields whether it
+        could."""
+        paths = self.paths(sandbox_id)
+        if not self.available or not ({"unified", "freezer"} & set(paths)):
             yield False
             return
-        path = self.paths(sandbox_id)["unified"]
+        if self.version == 2:  # cgroup.freeze, and cgroup.events says when it holds
+            control, state = os.path.join(paths["unified"], "cgroup.freeze"), os.path.join(paths["unified"],
+                                                                                           "cgroup.events")
+            freeze, thaw, frozen = "1", "0", "frozen 1"
+        else:  # the v1 freezer controller
+            control = state = os.path.join(paths["freezer"], "freezer.state")
+            freeze, thaw, frozen = "FROZEN", "THAWED", "FROZEN"
         try:
-            _write(os.path.join(path, "cgroup.freeze"), "1")
+            _write(control, freeze)
         except OSError:
             yield False
             return
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
-                with open(os.path.join(path, "cgroup.events")) as handle:
-                    if "frozen 1" in handle.read():
+                with open(state) as handle:
+                    if frozen in handle.read():
                         break
                 time.sleep(0.002)
             yield True
         finally:
             with contextlib.suppress(OSError):
-                _write(os.path.join(path, "cgroup.freeze"), "0")
+                _write(control, thaw)
 
     def pids(self, sandbox_id: str) -> set[int]:
         found: set[int] = set()

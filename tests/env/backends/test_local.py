@@ -231,3 +231,26 @@ def test_a_disk_quota_is_a_clear_error_and_spares_the_others(client):
         small.exec("rm -f big /tmp/big more.bin").check()  # freeing space makes it usable again
         assert small.exec("echo ok > f && cat f").stdout == "ok\n"
         assert other.exec("dd if=/dev/zero of=big bs=1M count=32 2>/dev/null && echo done").stdout == "done\n"
+
+
+def test_a_frozen_sandbox_makes_no_progress_until_thawed(client, orchestrator):
+    """What snapshots rely on: the cgroup freezer (v1 or v2) holds every process still."""
+    import glob
+    import time
+
+    cgroups = LocalBackend(orchestrator.state_dir).cgroups
+    with client.create() as sb:
+        sb.start_process("while true; do date +%s%N > /tmp/tick; done")
+        [tick] = wait_until(lambda: glob.glob(os.path.join(orchestrator.state_dir, "sandboxes", sb.id, "rw",
+                                                            "private", "*", "tick")), what="the first tick")
+
+        def read_tick() -> str:
+            with open(tick) as handle:
+                return handle.read()
+
+        with cgroups.frozen(sb.id) as frozen:
+            assert frozen
+            first = read_tick()
+            time.sleep(0.2)
+            assert read_tick() == first  # nothing ran meanwhile
+        wait_until(lambda: read_tick() not in ("", first), what="the loop to run again")
