@@ -46,6 +46,7 @@ CAPABILITIES = {"chown": 0, "dac_override": 1, "dac_read_search": 2, "fowner": 3
                 "setgid": 6, "setuid": 7, "setpcap": 8, "net_bind_service": 10, "net_raw": 13,
                 "sys_chroot": 18, "audit_write": 29, "setfcap": 31}
 
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 

@@ -234,5 +234,6 @@ def test_a_sandbox_that_cannot_start_is_a_clear_error_and_leaves_nothing(client,
     with pytest.raises(BackendUnavailable) as error:
         client.create(workdir="/proc/cannot-exist")  # the init script cannot create it
     assert "failed to start" in error.value.detail and "/proc/cannot-exist" in error.value.detail
-    assert set(os.listdir(os.path.join(orchestrator.state_dir, "sandboxes"))) == before
+    # Nothing new is left (sandboxes of earlier tests may expire meanwhile: a subset, not equality).
+    assert set(os.listdir(os.path.join(orchestrator.state_dir, "sandboxes"))) <= before
     assert all(info.spec.workdir != "/proc/cannot-exist" for info in client.list())
