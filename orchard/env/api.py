@@ -16,6 +16,7 @@ base64-encoded with ``*_encoding = "base64"`` so that output is binary-safe.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -51,6 +52,7 @@ class ErrorCode(StrEnum):
     IMAGE_NOT_FOUND = "image_not_found"
     IMAGE_INVALID = "image_invalid"
     SNAPSHOT_NOT_FOUND = "snapshot_not_found"
+    UNSUPPORTED = "unsupported"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     INTERNAL = "internal"
 
@@ -244,13 +246,21 @@ class SandboxSpec(BaseModel):
     disk: str | None = Field(None, description="Quota on what the sandbox writes, Kubernetes-style, between 1Mi "
                                                "and 1Ti; none: the host's free space. Local backend: a tmpfs.")
     ttl: float = Field(600.0, gt=0, le=7 * 86_400, description="Seconds without heartbeat before reaping.")
-    network: Literal["none", "host"] = "none"
+    network: Literal["none", "host"] = Field(
+        "none", description="'none': no way out (but to the `egress` destinations, on Kubernetes); 'host': any "
+                            "destination (locally the host's network; on Kubernetes all but the metadata server).")
+    egress: Annotated[list[str], Field(max_length=64)] = Field(
+        default_factory=list, description="CIDRs a sandbox with network='none' may reach (Kubernetes backend; "
+                                          "the cloud metadata server stays blocked).")
+    dns: bool = Field(False, description="Allow DNS lookups through the cluster's DNS (Kubernetes backend).")
     isolation: Literal["namespaces", "none"] = Field(
         "namespaces", description="'none' runs commands directly on the host: unsafe, for debugging only."
     )
-    image: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
-                              description="An image the orchestrator offers (a `docker save` tarball or an OCI "
-                                          "layout, by file name); none: the host's tree, read-only.")
+    image: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$",
+                              description="Local backend: an image the orchestrator offers (a `docker save` tarball "
+                                          "or an OCI layout, by file name); none: the host's tree, read-only. "
+                                          "Kubernetes backend: a short name the orchestrator maps, or an image "
+                                          "reference (registry/repository:tag or @sha256:digest).")
     from_snapshot: str | None = Field(None, pattern=r"^[a-f0-9]{32}$",
                                       description="Start from a snapshot's files (its image, workdir and env "
                                                   "too, unless given here).")
@@ -266,6 +276,18 @@ class SandboxSpec(BaseModel):
         if not (16 << 20) <= size <= (1 << 40):
             raise ValueError("memory must be between 16Mi and 1Ti")
         return memory
+
+    @field_validator("image")
+    @classmethod
+    def _image_ok(cls, image: str | None) -> str | None:
+        if image is not None and any(part in ("", ".", "..") for part in image.split("/")):
+            raise ValueError("an image name has no empty, '.' or '..' path segments")
+        return image
+
+    @field_validator("egress")
+    @classmethod
+    def _egress_ok(cls, egress: list[str]) -> list[str]:
+        return [str(ipaddress.ip_network(cidr, strict=False)) for cidr in egress]
 
     @field_validator("disk")
     @classmethod

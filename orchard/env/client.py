@@ -40,6 +40,9 @@ from orchard.env.api import ErrorCode, FileInfo, PatchResponse, ProcessInfo, San
 
 API_KEY_ENV = "ORCHARD_API_KEY"
 UPLOAD_CHUNK = 1 << 18
+# A create waits for its sandbox to be ready; the orchestrator gives up first (Kubernetes backend:
+# ``ready_timeout``, 300 s by default, for a node to scale up and the image to be pulled).
+CREATE_TIMEOUT = 360.0
 
 
 # ------------------------------------------------------------------- errors
@@ -104,6 +107,10 @@ class ImageInvalid(OrchardError): ...
 class SnapshotNotFound(OrchardError): ...
 
 
+class Unsupported(OrchardError):
+    """The orchestrator's backend cannot do this (e.g. egress filtering on the local backend)."""
+
+
 class ServerError(OrchardError): ...
 
 
@@ -140,6 +147,7 @@ _ERRORS: dict[str, type[OrchardError]] = {
     ErrorCode.IMAGE_NOT_FOUND: ImageNotFound,
     ErrorCode.IMAGE_INVALID: ImageInvalid,
     ErrorCode.SNAPSHOT_NOT_FOUND: SnapshotNotFound,
+    ErrorCode.UNSUPPORTED: Unsupported,
 }
 
 
@@ -356,7 +364,9 @@ class AsyncSandbox:
         return self.info
 
     async def wait_ready(self, timeout: float = 60.0) -> SandboxInfo:
-        response = await self._t.request("POST", f"{self._prefix}/wait", idempotent=True,
+        # Not retried on 503: that answer means the sandbox failed to start and is gone, and a retry
+        # would only replace the reason with "no sandbox".
+        response = await self._t.request("POST", f"{self._prefix}/wait", idempotent=False,
                                          params={"timeout": timeout}, read_timeout=timeout + 10)
         self.info = SandboxInfo.model_validate_json(response.body)
         return self.info
@@ -576,7 +586,7 @@ class AsyncSandboxClient:
 
         async def make() -> AsyncSandbox:
             response = await self._t.request("POST", f"{api.API_PREFIX}/sandboxes", idempotent=False, json=body,
-                                             params={"wait": wait}, read_timeout=120.0)
+                                             params={"wait": wait}, read_timeout=CREATE_TIMEOUT)
             return AsyncSandbox(self._t, SandboxInfo.model_validate_json(response.body), heartbeat)
 
         return _Creation(make)

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchard.env.client import AsyncSandboxClient, SandboxClient
@@ -74,8 +75,10 @@ def local_server(
     ready_timeout: float = 30.0,
     images_dir: str | None = None,
     agent_bundle: str | None = None,
+    extra_args: Sequence[str] = (),
 ) -> LocalServer:
-    """Start an orchestrator with the local backend on a free loopback port and wait until it answers."""
+    """Start an orchestrator on a free loopback port and wait until it answers: the local backend,
+    unless ``extra_args`` choose another (``["--backend", "kubernetes", ...]``)."""
     owns_state = state_dir is None
     state_dir = state_dir or tempfile.mkdtemp(prefix="orchard-env-")
     os.makedirs(state_dir, exist_ok=True)
@@ -90,6 +93,7 @@ def local_server(
         argv += ["--images", images_dir]
     if agent_bundle:
         argv += ["--agent-bundle", agent_bundle]
+    argv += list(extra_args)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env={**os.environ, "ORCHARD_API_KEY": api_key})
@@ -103,7 +107,9 @@ def local_server(
         except OSError:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
+            server.process.kill()
             with open(log_path, errors="replace") as log:
-                raise RuntimeError(f"orchestrator did not start:\n{log.read()[-3000:]}")
+                output = log.read()[-3000:]
+            server.stop()
+            raise RuntimeError(f"orchestrator did not start:\n{output}")
         time.sleep(0.05)

@@ -21,7 +21,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     listen.add_argument("--port", type=int, help="listen on this TCP port")
     parser.add_argument("--host", default="0.0.0.0", help="TCP address (with --port)")
     parser.add_argument("--root", default="/", help="directory served as the sandbox's '/'")
-    parser.add_argument("--workdir", default="/workspace", help="default cwd of commands")
+    parser.add_argument("--workdir", default="/workspace",
+                        help="default cwd of commands ('.': where the agent starts, e.g. the image's WORKDIR)")
     parser.add_argument("--state-dir", default="/tmp/.orchard-agent", help="process logs and temp files")
     parser.add_argument("--token-file", help=f"file holding the token (default: ${TOKEN_ENV})")
     parser.add_argument("--env-file", help="JSON object of extra environment variables for commands")
@@ -51,7 +52,7 @@ def run_agent(args: argparse.Namespace) -> None:
         with open(args.env_file) as handle:
             env.update(json.load(handle))
     os.environ.pop(TOKEN_ENV, None)
-    config = AgentConfig(token=token, root=args.root, workdir=args.workdir, state_dir=args.state_dir,
+    config = AgentConfig(token=token, root=args.root, workdir=os.path.abspath(args.workdir), state_dir=args.state_dir,
                          env=tuple(env.items()), user=args.user)
     app = create_app(config)
     # The orchestrator keeps idle connections for 15 s: keep them longer here (see server/main.py).

@@ -156,7 +156,8 @@ class LocalBackend:
 
     async def _image(self, name: str) -> tuple[str, ImageConfig]:
         """The cached root filesystem and config of the image ``name`` in ``images_dir``."""
-        path = os.path.join(self.images_dir, name) if self.images_dir else None
+        # A registry reference ("repo/name:tag") is for the Kubernetes backend; here only file names.
+        path = os.path.join(self.images_dir, name) if self.images_dir and "/" not in name else None
         if path is None or not os.path.exists(path):
             offered = sorted(os.listdir(self.images_dir)) if self.images_dir else []
             raise BackendError(f"unknown image {name!r}; this orchestrator offers {offered or 'no images'} "
@@ -236,6 +237,10 @@ class LocalBackend:
     # ------------------------------------------------------------- lifecycle
 
     async def create(self, sandbox_id: str, spec: SandboxSpec) -> SandboxHandle:
+        if spec.egress or spec.dns:
+            raise BackendError("the local backend cannot filter a sandbox's traffic by destination: use "
+                               "network='host' (the host's network), or the kubernetes backend for egress and dns",
+                               501, ErrorCode.UNSUPPORTED)
         if spec.isolation != "none":
             self._check_isolation()
         base = RootSpec(env=dict(spec.env))

@@ -23,7 +23,7 @@ from orchard.env.store import Store
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/health", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+OPEN_PATHS = frozenset({"/health", "/healthz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 
 
 def create_app(backend: Backend, store: Store, api_key: str, reap_interval: float = 5.0) -> BearerAuth:
@@ -50,6 +50,7 @@ def create_app(backend: Backend, store: Store, api_key: str, reap_interval: floa
     install_problem_handlers(app)
 
     @app.get("/health", response_model=api.Health, tags=["service"])
+    @app.get("/healthz", response_model=api.Health, tags=["service"], include_in_schema=False)
     async def health() -> api.Health:
         return api.Health(version=__version__, pid=os.getpid(), uptime=time.time() - started)
 

@@ -15,6 +15,7 @@ from orchard.env import PathOutsideSandbox
 from orchard.env.api import SandboxSpec
 from orchard.env.backends.base import BackendError
 from orchard.env.backends.local import LocalBackend
+from orchard.env.client import Unsupported
 from tests.conftest import require_root, wait_until
 
 
@@ -61,6 +62,14 @@ def test_no_network_in_none_mode(sandbox, orchestrator):
     assert links == ["lo"]
     probe = sandbox.exec(f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"")
     assert probe.exit_code != 0 and "ConnectionRefused" in probe.stderr
+
+
+def test_egress_filtering_is_refused_as_unsupported_here(client):
+    before = {info.id for info in client.list()}
+    for spec in ({"egress": ["10.0.0.0/8"]}, {"dns": True}):
+        with pytest.raises(Unsupported, match="kubernetes backend"):
+            client.create(**spec)
+    assert {info.id for info in client.list()} == before
 
 
 def test_host_network_mode_reaches_local_servers(client, orchestrator):

@@ -117,6 +117,8 @@ def test_bad_images_get_clear_errors_and_leave_nothing(client, server):
         client.create(image="escape.tar")
     with pytest.raises(InvalidRequest):
         client.create(image="../etc")
+    with pytest.raises(ImageNotFound):  # a registry reference is for the Kubernetes backend
+        client.create(image="images/busybox.tar")
     assert {info.id for info in client.list()} == before
     assert not os.path.exists(os.path.join(os.path.dirname(server.state_dir), "outside"))
 
