@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-EXTRAS := env,train,redis,bundle,dev
+EXTRAS := env,train,redis,bundle,k8s,dev
 PYTEST_ARGS ?=
 
 .PHONY: run test lint bench system-deps clean

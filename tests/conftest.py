@@ -21,6 +21,10 @@ import pytest
 from orchard.env import LocalServer, SandboxClient, local_server
 from orchard.env.local import free_port
 
+# The Kubernetes version whose OpenAPI schemas every manifest is validated against (strict), in
+# tests/infra and by the fake API server of the Kubernetes backend's tests: kubernetes-validate's newest.
+K8S_VERSION = "1.37"
+
 
 def require_root() -> None:
     """Namespaces and cgroups need root here. In CI this fails loudly instead of skipping."""

@@ -37,6 +37,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from orchard.env.backends.kubernetes.options import KubernetesOptions
+from tests.conftest import K8S_VERSION
+
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 KUSTOMIZATIONS = {"base": INFRA / "k8s/base", "dev": INFRA / "k8s/overlays/dev", "gke": INFRA / "k8s/overlays/gke"}
@@ -44,12 +47,11 @@ GKE_MANIFESTS = sorted((INFRA / "gke/manifests").glob("*.yaml"))
 SCRIPTS = sorted((INFRA / "gke").glob("*.sh"))
 DOCKERFILES = sorted((INFRA / "images").glob("*.Dockerfile"))
 
-# The newest Kubernetes release whose schemas kubernetes-validate (pinned in pyproject's dev extra) ships.
-K8S_VERSION = "1.37"
 
 ORCHESTRATOR = {"app.kubernetes.io/name": "orchard-orchestrator"}
 BACKEND_KEYS = {"namespace", "bundle_image", "orchestrator_namespace", "orchestrator_labels", "agent_port",
-                "runtime_class", "node_selector", "tolerations", "image_pull_secrets", "priority_class", "images"}
+                "runtime_class", "node_selector", "tolerations", "image_pull_secrets", "priority_class", "images",
+                "default_image", "service_account"}
 # The orchestrator's Role, exactly: (apiGroup, resource, verb).
 ROLE_RULES = {
     *(("", "pods", verb) for verb in ("get", "list", "watch", "create", "delete")),
@@ -455,6 +457,9 @@ def test_backend_config(name):
     docs = render(name)
     config = backend_config(docs)
     assert set(config) == BACKEND_KEYS
+    options = KubernetesOptions.from_dict(config)  # what the orchestrator will make of it
+    assert options.service_account == one(docs, "ServiceAccount", "orchard-sandbox")["metadata"]["name"]
+    assert options.default_image == config["images"]["swe-base"]
     assert config["namespace"] == "orchard-sandboxes"
     one(docs, "Namespace", config["namespace"])
     deployment = orchestrator(docs)

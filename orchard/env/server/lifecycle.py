@@ -38,6 +38,8 @@ class SandboxManager:
         self.store = store
         self.metrics = metrics
         self.reap_interval = reap_interval
+        # From create to ready: a pod may first wait for a node and an image pull.
+        self.ready_timeout = getattr(backend, "ready_timeout", READY_TIMEOUT)
         self.agents = AgentPool()
         self._records: dict[str, SandboxRecord] = {}  # hot-path cache; the store stays authoritative
         self._reaper: asyncio.Task | None = None
@@ -112,13 +114,28 @@ class SandboxManager:
             return await self.wait_ready(sandbox_id)
         return info
 
-    async def wait_ready(self, sandbox_id: str, timeout: float = READY_TIMEOUT) -> SandboxInfo:
+    async def wait_ready(self, sandbox_id: str, timeout: float | None = None) -> SandboxInfo:
         record = await self.record(sandbox_id, fresh=True)
         if record.info.status == "ready":
             return record.info
-        if not record.agent_url:
+        if not (record.agent_url or record.data):
             raise ProblemError(409, ErrorCode.SANDBOX_NOT_READY, f"sandbox {sandbox_id!r} is still being created")
         handle = SandboxHandle(sandbox_id, record.agent_url, record.agent_token, record.data)
+        timeout = timeout or self.ready_timeout
+        native = getattr(self.backend, "wait_ready", None)
+        if native is not None:  # the backend knows when its agent is up (Kubernetes: the Ready condition)
+            try:
+                record.agent_url = await native(handle, timeout)
+            except ProblemError as error:
+                if error.status != 404 or await self.store.get(sandbox_id) is not None:
+                    await self.delete(sandbox_id, reason="failed")
+                    if error.status < 500:
+                        raise
+                    raise ProblemError(503, ErrorCode.BACKEND_ERROR,
+                                       f"sandbox {sandbox_id!r} failed to start: {error.detail}") from None
+                raise ProblemError(404, ErrorCode.SANDBOX_NOT_FOUND, f"sandbox {sandbox_id!r} was deleted while "
+                                   f"it started") from None
+            return await self._mark_ready(record)
         agent = self.agents.get(sandbox_id, record.agent_url, record.agent_token)
         deadline = time.monotonic() + timeout
         delay = 0.005
@@ -144,6 +161,10 @@ class SandboxManager:
                 raise ProblemError(503, ErrorCode.BACKEND_ERROR, f"sandbox {sandbox_id!r} failed to start: {detail}")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.02)  # a failed connect costs microseconds; waiting costs latency
+        return await self._mark_ready(record)
+
+    async def _mark_ready(self, record: SandboxRecord) -> SandboxInfo:
+        sandbox_id = record.info.id
         record.info.status = "ready"
         await self.store.put(record)
         self._records[sandbox_id] = record
@@ -227,7 +248,7 @@ class SandboxManager:
         for record in await self.store.list():
             if record.info.backend != self.backend.name:
                 continue
-            if record.info.status == "creating" and time.time() - record.info.created_at < READY_TIMEOUT:
+            if record.info.status == "creating" and time.time() - record.info.created_at < self.ready_timeout:
                 continue  # another replica may be creating it right now
             handle = SandboxHandle(record.info.id, record.agent_url, record.agent_token, record.data)
             if record.agent_url and await self.backend.alive(handle):

@@ -9,6 +9,7 @@ import tempfile
 
 import uvicorn
 
+from orchard.env.backends.base import Backend
 from orchard.env.server.app import create_app
 from orchard.env.store import open_store
 
@@ -18,7 +19,8 @@ KEEP_ALIVE_SECONDS = 120
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="orchard env serve", description=__doc__)
-    parser.add_argument("--backend", choices=["local"], default="local")
+    parser.add_argument("--backend", choices=["local", "kubernetes"], default="local",
+                        help="local: isolated processes on this machine; kubernetes: one pod per sandbox")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8700)
     parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
@@ -32,9 +34,24 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--agent-bundle", default=os.environ.get("ORCHARD_AGENT_BUNDLE"),
                         help="the agent bundle that image sandboxes run (`orchard env bundle`; default: "
                              "$ORCHARD_AGENT_BUNDLE)")
+    parser.add_argument("--k8s-config", default=os.environ.get("ORCHARD_K8S_CONFIG"),
+                        help="the kubernetes backend's options, a YAML file (orchard.env.backends.kubernetes.options; "
+                             "default: $ORCHARD_K8S_CONFIG, else built-in defaults)")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig for the kubernetes backend (default: in-cluster, else ~/.kube/config)")
     parser.add_argument("--reap-interval", type=float, default=5.0, help="seconds between TTL/orphan sweeps")
     parser.add_argument("--log-level", default="info")
     return parser
+
+
+def build_backend(args: argparse.Namespace) -> Backend:
+    if args.backend == "kubernetes":
+        from orchard.env.backends.kubernetes import KubernetesBackend, KubernetesOptions, api_client
+
+        return KubernetesBackend(KubernetesOptions.load(args.k8s_config), api_client(args.kubeconfig))
+    from orchard.env.backends.local import LocalBackend
+
+    return LocalBackend(args.state_dir, images_dir=args.images, agent_bundle=args.agent_bundle)
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -42,10 +59,7 @@ def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"an API key is required: pass --api-key or set ${API_KEY_ENV}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    from orchard.env.backends.local import LocalBackend
-
-    backend = LocalBackend(args.state_dir, images_dir=args.images, agent_bundle=args.agent_bundle)
-    app = create_app(backend, open_store(args.store), args.api_key, reap_interval=args.reap_interval)
+    app = create_app(build_backend(args), open_store(args.store), args.api_key, reap_interval=args.reap_interval)
     # Clients keep idle connections for 30 s; the server must keep them longer, or a request sent on
     # a connection the server is closing at that moment is reset (uvicorn's default is 5 s).
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
