@@ -44,8 +44,9 @@ class SandboxManager:
         self._records: dict[str, SandboxRecord] = {}  # hot-path cache; the store stays authoritative
         self._reaper: asyncio.Task | None = None
         # Sandboxes starting at once. Past the point where the CPUs are busy, more only slow every
-        # start down (a thousand at once all miss READY_TIMEOUT); the rest wait their turn here.
-        self._starting = asyncio.Semaphore(max(8, 4 * (os.cpu_count() or 1)))
+        # start down (a thousand at once all miss READY_TIMEOUT); the rest wait their turn here. A
+        # backend whose sandboxes start elsewhere (Kubernetes: on other nodes) sets its own limit.
+        self._starting = asyncio.Semaphore(getattr(backend, "max_starting", max(8, 4 * (os.cpu_count() or 1))))
 
     # ------------------------------------------------------------------ lookup
 

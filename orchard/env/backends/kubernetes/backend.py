@@ -61,6 +61,9 @@ def _unsupported(what: str) -> BackendError:
 
 class KubernetesBackend:
     name = "kubernetes"
+    # Pods start on other nodes: the orchestrator only waits, so many may start at once (the local
+    # backend's limit is its own CPUs). Pulls and scheduling can take minutes.
+    max_starting = 1024
 
     def __init__(self, options: KubernetesOptions, api: client.ApiClient) -> None:
         self.options = options
