@@ -77,8 +77,14 @@ def drop_capabilities(keep: tuple[str, ...]) -> None:
 def _become_sandbox(request: dict) -> None:
     """PID 1 of the new namespaces: build the root, drop privileges, run the agent. Never returns."""
     from orchard.env.agent import server as agent_server
+    from orchard.env.agent.app import AGENT_OOM_SCORE_ADJ
 
     os.setsid()
+    # Now, while PID 1 may still have CAP_SYS_RESOURCE: the agent cannot lower its own score once
+    # the capabilities are gone, and the value survives the exec. (Where root itself lacks the
+    # capability, as on the CI machines, the agent stays at 0; commands still run at +1000.)
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write(str(AGENT_OOM_SCORE_ADJ))
     build_root(RootPlan(**request["plan"]))
     if request["exec"]:  # an image: its agent is the bundle's, which starts the same way from here
         os.execve(request["exec"][0], request["exec"], request["agent_env"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import shutil
@@ -116,6 +117,54 @@ def test_memory_hog_is_killed_but_the_agent_survives(client):
         hog = sb.exec("python3 -c 'x = bytearray(512 * 1024 * 1024); print(len(x))'", timeout=60)
         assert hog.exit_code in (-9, 137) and hog.stdout == ""
         assert sb.exec("echo alive").check().stdout == "alive\n"
+
+
+def test_under_memory_pressure_commands_die_first_and_every_agent_survives(tmp_path):
+    """Host-wide pressure, without endangering this machine: a memory limit on the cgroup that holds
+    every sandbox of one orchestrator (the kernel picks the OOM victim by the same ``oom_score_adj``
+    rule as for the whole host). Three sandboxes, each allowed 1 GiB, together ask for 750 MiB of a
+    400 MiB parent: commands are killed until the rest fit, and no agent is."""
+    require_root()
+    from concurrent.futures import ThreadPoolExecutor
+
+    from orchard.env.local import local_server
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    cgroups = LocalBackend(str(state_dir)).cgroups
+    limit_file = ("memory.max" if cgroups.version == 2 else "memory.limit_in_bytes")
+    base = next(iter(cgroups._bases().values()))
+    os.makedirs(base, exist_ok=True)
+    if cgroups.version == 2:
+        with open(os.path.join(base, "cgroup.subtree_control"), "w") as handle:
+            handle.write("+memory +pids +cpu")
+    with open(os.path.join(base, limit_file), "w") as handle:
+        handle.write(str(400 << 20))
+    hog = ("python3 -c 'import time\nchunks = [bytearray(10 << 20) for _ in range(25)]\n"
+           "time.sleep(3)\nprint(len(chunks))'")
+    try:
+        with local_server(state_dir=str(state_dir)) as server:
+            client = server.client()
+            sandboxes = [client.create(memory="1Gi") for _ in range(3)]
+            # Commands are the OOM killer's first choice; the agent (their parent) is never raised,
+            # and is lowered to -900 where root has CAP_SYS_RESOURCE (not on the CI machines).
+            scores = [sb.exec("cat /proc/self/oom_score_adj /proc/$PPID/oom_score_adj").check().stdout.split()
+                      for sb in sandboxes]
+            assert all(command == "1000" and int(agent) <= 0 for command, agent in scores)
+            agents = [sb.exec("echo $PPID").check().stdout for sb in sandboxes]
+            with ThreadPoolExecutor(3) as pool:
+                results = list(pool.map(lambda sb: sb.exec(hog, timeout=60), sandboxes))
+            killed = [r for r in results if r.exit_code in (-9, 137)]
+            assert 1 <= len(killed) <= 2 and all(r.exit_code == 0 for r in results if r not in killed)
+            for sb in sandboxes:  # every agent answers, and none was restarted
+                assert sb.exec("echo alive").check().stdout == "alive\n"
+            assert [sb.exec("echo $PPID").check().stdout for sb in sandboxes] == agents
+            for sb in sandboxes:
+                sb.delete()
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(base)
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_isolation_none_confines_the_file_api(client, orchestrator):
