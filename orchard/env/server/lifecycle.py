@@ -143,10 +143,15 @@ class SandboxManager:
         deleted = ProblemError(404, ErrorCode.SANDBOX_NOT_FOUND,
                                f"sandbox {sandbox_id!r} was deleted while it started (a TTL of "
                                f"{record.info.spec.ttl:g} s may be shorter than its start-up)")
+        # A Unix socket that does not exist yet cannot answer: a stat is far cheaper than a failed
+        # request, which matters with a thousand sandboxes starting at once.
+        socket_path = record.agent_url.removeprefix("unix://") if record.agent_url.startswith("unix://") else None
         while True:
             if agent.session.closed:  # deleted while starting: by a client, or its TTL ran out first
                 raise deleted
             try:
+                if socket_path is not None and not os.path.exists(socket_path):
+                    raise aiohttp.ClientConnectionError("the agent's socket is not there yet")
                 async with agent.session.get(f"{agent.base_url}/health",
                                              timeout=aiohttp.ClientTimeout(total=2.0)) as response:
                     if response.status == 200:
