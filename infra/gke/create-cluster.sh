@@ -45,14 +45,8 @@ TPU_EXTRA_FLAGS="${TPU_EXTRA_FLAGS:-}"                # e.g. "--spot" or "--rese
 JOBSET_VERSION="${JOBSET_VERSION:-v0.12.0}"
 DRY_RUN="${DRY_RUN:-0}"
 
-run() {
-  if [[ "$DRY_RUN" == 1 ]]; then
-    printf '%q ' "$@"
-    printf '\n'
-  else
-    "$@"
-  fi
-}
+# shellcheck source=infra/gke/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"  # run: prints instead under DRY_RUN=1
 
 # Hosts in the slice: the product of the topology's dimensions over chips per host.
 tpu_chips=1

@@ -20,14 +20,8 @@ YES="${YES:-0}"
 DRY_RUN="${DRY_RUN:-0}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-run() {
-  if [[ "$DRY_RUN" == 1 ]]; then
-    printf '%q ' "$@"
-    printf '\n'
-  else
-    "$@"
-  fi
-}
+# shellcheck source=infra/gke/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"  # run: prints instead under DRY_RUN=1
 
 if [[ "$YES" != 1 && "$DRY_RUN" != 1 ]]; then
   read -r -p "Delete cluster $CLUSTER in $PROJECT_ID/$REGION and everything on it? [y/N] " answer
