@@ -111,9 +111,14 @@ class SandboxManager:
         record = SandboxRecord(info=info, agent_url=handle.agent_url, agent_token=handle.agent_token, data=handle.data)
         await self.store.put(record)
         self.metrics.created.inc()
-        if wait:
+        if not wait:
+            return info
+        try:
             return await self.wait_ready(sandbox_id)
-        return info
+        except asyncio.CancelledError:  # e.g. a warm pool removed while it refilled: leave nothing
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.delete(sandbox_id, reason="cancelled"))
+            raise
 
     async def wait_ready(self, sandbox_id: str, timeout: float | None = None) -> SandboxInfo:
         record = await self.record(sandbox_id, fresh=True)

@@ -63,3 +63,13 @@ def test_bad_pool_requests_are_refused(client):
         client.set_pool(5000, **SPEC)
     with pytest.raises(InvalidRequest):
         client.set_pool(1, memory="lots")
+
+
+def test_removing_a_pool_while_it_fills_leaves_nothing(client, orchestrator):
+    sandboxes = os.path.join(orchestrator.state_dir, "sandboxes")
+    before = set(os.listdir(sandboxes))
+    client.set_pool(4, memory="320Mi")
+    wait_until(lambda: set(os.listdir(sandboxes)) - before, what="the pool's creates to start")
+    client.set_pool(0, memory="320Mi")  # its creates are cancelled mid-start: each deletes its sandbox
+    wait_until(lambda: set(os.listdir(sandboxes)) <= before, timeout=30, what="nothing left of the pool")
+    assert not [p for p in client.pools() if p.spec.memory == "320Mi"]

@@ -112,6 +112,20 @@ def test_an_agent_that_dies_is_a_clear_error_and_deleting_its_sandbox_cleans_up(
     assert objects_of(fake, sb.id) == []
 
 
+def test_warm_pools_work_on_kubernetes_too(fake, orchestrator):
+    client = orchestrator.client()
+    client.set_pool(1, image="swe-base", memory="384Mi")
+    try:
+        wait_until(lambda: [p.ready for p in client.pools()] == [1], timeout=30, what="the pool to fill")
+        (idle,) = fake.list_objects("pods", NAMESPACE)
+        with client.create(image="swe-base", memory="384Mi") as claimed:
+            assert f"sb-{claimed.id}" == idle["metadata"]["name"]  # a claim, not a new pod
+            assert claimed.exec("echo pooled").check().stdout == "pooled\n"
+    finally:
+        client.set_pool(0, image="swe-base", memory="384Mi")
+    wait_until(lambda: fake.list_objects("pods", NAMESPACE) == [], timeout=30, what="the pool's pods deleted")
+
+
 def test_the_egress_a_spec_asks_for_is_its_network_policy(fake, orchestrator):
     client = orchestrator.client()
     with client.create(egress=["10.0.0.0/8"], dns=True) as sb:
