@@ -91,6 +91,7 @@ async def stress(server: LocalServer, n: int, commands: int = 4, progress: bool 
             available_alive = _mem_available()
 
             ok = 0
+            exec_started = time.perf_counter()
             with _bar(len(sandboxes), "exec", progress) as bar:
                 async def work(sandbox: AsyncSandbox) -> None:
                     nonlocal ok
@@ -108,7 +109,9 @@ async def stress(server: LocalServer, n: int, commands: int = 4, progress: bool 
                     bar.update()
 
                 await asyncio.gather(*(work(s) for s in sandboxes))
+            exec_seconds = time.perf_counter() - exec_started
         finally:
+            delete_started = time.perf_counter()
             with _bar(len(sandboxes), "delete", progress) as bar:
                 async def delete(sandbox: AsyncSandbox) -> None:
                     with contextlib.suppress(Exception):
@@ -122,6 +125,8 @@ async def stress(server: LocalServer, n: int, commands: int = 4, progress: bool 
         "success_rate": ok / n,
         "end_to_end_s": time.perf_counter() - started,
         "all_alive_after_s": alive_seconds,
+        "exec_phase_s": exec_seconds,
+        "delete_phase_s": time.perf_counter() - delete_started,
         "create_ms": latency_stats(creates) if creates else None,
         "exec_ms": latency_stats(execs) if execs else None,
         "uss_per_sandbox_mib": sum(uss) / max(len(uss), 1) / 2**20,
@@ -217,6 +222,8 @@ def render_stress(summary: dict[str, Any]) -> str:
         ("success rate", f"{stress_result['success_rate']:.1%}"),
         ("end to end", f"{stress_result['end_to_end_s']:.1f} s"),
         ("all alive after", f"{stress_result['all_alive_after_s']:.1f} s"),
+        ("then every exec, then every delete", f"{stress_result['exec_phase_s']:.1f} s, "
+                                               f"{stress_result['delete_phase_s']:.1f} s"),
         ("create p50 / p99", "{p50_ms:,.0f} / {p99_ms:,.0f} ms".format(**stress_result["create_ms"])),
         ("exec p50 / p99", "{p50_ms:,.1f} / {p99_ms:,.1f} ms".format(**stress_result["exec_ms"])),
         ("unique memory (USS) per sandbox", f"{stress_result['uss_per_sandbox_mib']:.1f} MiB"),
