@@ -48,7 +48,11 @@ def build_backend(args: argparse.Namespace) -> Backend:
     if args.backend == "kubernetes":
         from orchard.env.backends.kubernetes import KubernetesBackend, KubernetesOptions, api_client
 
-        return KubernetesBackend(KubernetesOptions.load(args.k8s_config), api_client(args.kubeconfig))
+        try:
+            options = KubernetesOptions.load(args.k8s_config)
+        except (OSError, ValueError) as error:
+            raise SystemExit(f"--k8s-config {args.k8s_config}: {error}") from None
+        return KubernetesBackend(options, api_client(args.kubeconfig))
     from orchard.env.backends.local import LocalBackend
 
     return LocalBackend(args.state_dir, images_dir=args.images, agent_bundle=args.agent_bundle)

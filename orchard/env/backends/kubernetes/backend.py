@@ -51,7 +51,11 @@ def api_client(kubeconfig: str | None = None) -> client.ApiClient:
             return client.ApiClient()
         except config.ConfigException:
             pass
-    return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        return config.new_client_from_config(config_file=kubeconfig)
+    except (config.ConfigException, OSError) as error:
+        raise SystemExit(f"the kubernetes backend cannot reach a cluster: not in a pod, and the kubeconfig "
+                         f"{kubeconfig or '~/.kube/config'} cannot be used ({error}); pass --kubeconfig") from None
 
 
 def _unsupported(what: str) -> BackendError:
