@@ -90,8 +90,12 @@ def summary_table(result: RecipeResult) -> Table:
     for stage, label in labels.items():
         if stage in result.held_out:
             held = result.held_out[stage]
+            apart = ""
+            if held.get("unseen_test_episodes"):  # held-out bugs whose test catches no training bug
+                unseen = held["unseen_test_episodes"]
+                apart = f"; {round(held['unseen_test_resolve_rate'] * unseen)}/{int(unseen)} with an unseen test"
             table.add_row(label, f"{held['resolve_rate']:.3f} ({int(held['episodes'])} episodes, "
-                                 f"{int(held['tasks_solved'])} tasks solved)")
+                                 f"{int(held['tasks_solved'])} tasks solved{apart})")
     for name, value in bar_summary(result.rl_metrics).items():
         table.add_row(f"BAR {name.replace('_', ' ')}", f"{value:.2f}" if isinstance(value, float) else str(value))
     table.add_row("tasks (train / held out)", f"{result.tasks['train']} / {result.tasks['held_out']}")

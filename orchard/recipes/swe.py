@@ -14,8 +14,10 @@
     summary.json
 
 Each stage is skipped when its output exists, and SFT and RL resume from their checkpoints, so a
-killed run continues where it stopped. The held-out split is by the test that catches the bug:
-no held-out test (for ``opkit``: no held-out helper) is ever seen failing in collection or RL.
+killed run continues where it stopped. The held-out split is by task instance
+(:func:`split_tasks`): no held-out bug is seen in collection, SFT or RL, but another bug of the
+same function may be; the held-out instances whose failing test no training instance has (for
+``opkit``: helpers never seen broken) are also reported apart. Held-out resolve rates are greedy.
 
 Departures from the paper, at the embedded default's scale: the teacher is the oracle teacher
 (:mod:`orchard.tasks.swe.oracle`, which knows the gold patch) instead of frontier models, its
@@ -67,15 +69,28 @@ log = logging.getLogger(__name__)
 
 def split_tasks(instances: Sequence[SWEInstance], held_out_fraction: float, seed: int
                 ) -> tuple[list[SWEInstance], list[SWEInstance]]:
-    """(train, held out), split by the first FAIL_TO_PASS test: all bugs one test catches fall on
-    the same side."""
-    def key(instance: SWEInstance) -> str:
-        return instance.FAIL_TO_PASS[0] if instance.FAIL_TO_PASS else instance.instance_id
+    """(train, held out): a seeded ``held_out_fraction`` of the task instances is held out.
 
-    keys = sorted({key(i) for i in instances})
-    random.Random(seed).shuffle(keys)
-    held = set(keys[: math.ceil(len(keys) * held_out_fraction)])
-    return [i for i in instances if key(i) not in held], [i for i in instances if key(i) in held]
+    A held-out instance (its bug, its problem statement, its failing-test report) is never seen in
+    teacher collection, SFT or RL. Another bug of the same function may be: the split is by
+    instance, not by the test that catches it, so most held-out bugs are in functions whose correct
+    code the policy was trained to restore after a different break. :func:`unseen_tests` names the
+    held-out instances whose failing test no training instance has, and the evaluation reports
+    them apart (for ``opkit``: helpers never seen broken in training)."""
+    ids = sorted(i.instance_id for i in instances)
+    random.Random(seed).shuffle(ids)
+    held = set(ids[: math.ceil(len(ids) * held_out_fraction)])
+    return [i for i in instances if i.instance_id not in held], [i for i in instances if i.instance_id in held]
+
+
+def _test_key(instance: SWEInstance) -> str:
+    return instance.FAIL_TO_PASS[0] if instance.FAIL_TO_PASS else instance.instance_id
+
+
+def unseen_tests(train: Sequence[SWEInstance], held_out: Sequence[SWEInstance]) -> set[str]:
+    """Ids of the held-out instances whose first failing test catches no training instance."""
+    seen = {_test_key(i) for i in train}
+    return {i.instance_id for i in held_out if _test_key(i) not in seen}
 
 
 def _csv(value: str) -> list[str]:
@@ -170,10 +185,12 @@ async def run_rl(config: ConfigDict, workdir: str, client: AsyncSandboxClient, i
 
 
 async def evaluate_policy(config: ConfigDict, client: AsyncSandboxClient, model: Any, tokenizer: Tokenizer,
-                          instances: Sequence[SWEInstance], path: str) -> dict[str, float]:
-    """Stage 5: the held-out resolve rate of ``model`` (``eval.samples`` episodes per task, sampled
-    as the rollouts are), cached in ``path``; the graded episodes go beside it, in
-    ``<stage>.trajectories.jsonl``, to be read."""
+                          instances: Sequence[SWEInstance], path: str, unseen: frozenset[str] = frozenset()
+                          ) -> dict[str, float]:
+    """Stage 5: the held-out resolve rate of ``model`` (``eval.samples`` episodes per task at
+    ``eval.temperature``: 0 is greedy), cached in ``path``; the graded episodes go beside it, in
+    ``<stage>.trajectories.jsonl``, to be read. ``unseen_test_episodes`` and
+    ``unseen_test_resolve_rate`` are the same over the tasks in ``unseen`` (:func:`unseen_tests`)."""
     if os.path.exists(path):
         with open(path) as handle:
             return json.load(handle)
@@ -185,6 +202,9 @@ async def evaluate_policy(config: ConfigDict, client: AsyncSandboxClient, model:
                              Limits(max_steps=rl.max_turns, max_tokens=rl.max_context, time_limit=rl.episode_seconds),
                              rl.concurrency)
     result, episodes = await evaluate(workers, instances, samples=config.eval.samples, seed=config.seed + 1)
+    apart = [t.outcome.resolved for t in episodes if t.task_id in unseen]
+    result["unseen_test_episodes"] = float(len(apart))
+    result["unseen_test_resolve_rate"] = sum(apart) / len(apart) if apart else 0.0
     os.makedirs(os.path.dirname(path), exist_ok=True)
     save_trajectories(os.path.splitext(path)[0] + ".trajectories.jsonl", episodes)
     with open(path, "w") as handle:
@@ -235,6 +255,7 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
 
     instances = load_or_generate_tasks(config, workdir)
     train, held_out = split_tasks(instances, config.tasks.held_out_fraction, config.seed)
+    unseen = frozenset(unseen_tests(train, held_out))
     if not train:
         raise ValueError(f"no training tasks among {len(instances)}: lower tasks.held_out_fraction")
     lap("tasks")
@@ -251,7 +272,7 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
         if held_out:
             initial = build_model(_with_model(config, tokenizer_dir), config.seed)
             held["init"] = await evaluate_policy(config, client, initial, tokenizer, held_out,
-                                                 os.path.join(evaluations, "init.json"))
+                                                 os.path.join(evaluations, "init.json"), unseen)
         lap("evaluate")
         model_dir = config.model.path
         if config.sft.num_steps:
@@ -260,13 +281,13 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
             lap("sft")
             if held_out:
                 held["sft"] = await evaluate_policy(config, client, from_pretrained(model_dir), tokenizer, held_out,
-                                                    os.path.join(evaluations, "sft.json"))
+                                                    os.path.join(evaluations, "sft.json"), unseen)
             lap("evaluate")
         rl_dir = await run_rl(config, workdir, client, train, resolve(model_dir))
         lap("rl")
         if held_out:
             held["rl"] = await evaluate_policy(config, client, from_pretrained(rl_dir), tokenizer, held_out,
-                                               os.path.join(evaluations, "rl.json"))
+                                               os.path.join(evaluations, "rl.json"), unseen)
         lap("evaluate")
     resolved = sum(t.outcome.resolved for t in trajectories)
     result = RecipeResult(held_out=held, rl_metrics=read_metrics(os.path.join(workdir, "rl")),

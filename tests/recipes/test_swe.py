@@ -12,20 +12,23 @@ import pytest
 from configs.swe_bar import get_config
 from orchard.data.trajectory import read_trajectories
 from orchard.recipes.report import check_config
-from orchard.recipes.swe import split_tasks
+from orchard.recipes.swe import split_tasks, unseen_tests
 from orchard.tasks.swe.instance import SWEInstance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_the_split_keeps_every_failing_test_on_one_side():
+def test_the_split_holds_out_instances_and_names_those_with_an_unseen_test():
     instances = [SWEInstance(instance_id=f"i{n}", repo="r", base_commit="c", problem_statement="",
-                             FAIL_TO_PASS=(f"tests/t.py::test_{n % 7}",)) for n in range(40)]
+                             FAIL_TO_PASS=(f"tests/t.py::test_{n % 13}",)) for n in range(40)]
     train, held = split_tasks(instances, 0.25, seed=1)
-    assert len(train) + len(held) == 40 and held
-    assert not {i.FAIL_TO_PASS[0] for i in train} & {i.FAIL_TO_PASS[0] for i in held}
-    assert len({i.FAIL_TO_PASS[0] for i in held}) == 2  # ceil(7 tests x 0.25)
+    assert len(held) == 10 and len(train) == 30  # ceil(40 x 0.25) instances
+    assert not {i.instance_id for i in train} & {i.instance_id for i in held}
     assert split_tasks(instances, 0.25, seed=1) == (train, held)  # seeded
+    seen = {i.FAIL_TO_PASS[0] for i in train}
+    unseen = unseen_tests(train, held)
+    assert unseen == {i.instance_id for i in held if i.FAIL_TO_PASS[0] not in seen}
+    assert unseen_tests(instances, instances) == set()
 
 
 @pytest.mark.parametrize("variant", ["tiny", "qwen3_30b_a3b"])
