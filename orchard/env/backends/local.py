@@ -332,7 +332,9 @@ class LocalBackend:
     async def delete(self, handle_or_id: SandboxHandle | str) -> None:
         sandbox_id = handle_or_id if isinstance(handle_or_id, str) else handle_or_id.id
         sandbox_dir = self._dir(sandbox_id)
-        await asyncio.to_thread(self._kill, sandbox_id, sandbox_dir)
+        self._kill(sandbox_id, sandbox_dir)
+        if self.cgroups.available:
+            await self.cgroups.kill_and_remove(sandbox_id)
         process = self._launchers.pop(sandbox_id, None)
         if process is not None:
             with contextlib.suppress(TimeoutError):
@@ -360,7 +362,8 @@ class LocalBackend:
         await asyncio.to_thread(self.snapshots.delete, snapshot_id)
 
     def _kill(self, sandbox_id: str, sandbox_dir: str) -> None:
-        """Kill the sandbox's pid namespace (its init takes every process with it), then its cgroup."""
+        """Kill the sandbox's pid namespace: its init takes every process with it (a few system calls;
+        the cgroup, if any, is emptied and removed after)."""
         try:
             with open(os.path.join(sandbox_dir, "launcher.json")) as handle:
                 data = json.load(handle)
@@ -373,8 +376,6 @@ class LocalBackend:
             for child in _children(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child, signal.SIGKILL)  # the pid namespace's init
-        if self.cgroups.available:
-            self.cgroups.kill_and_remove(sandbox_id)
 
     async def list(self) -> set[str]:
         found = {e.name for e in os.scandir(self.sandboxes_dir) if e.is_dir()}
