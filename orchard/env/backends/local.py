@@ -237,10 +237,10 @@ class LocalBackend:
     # ------------------------------------------------------------- lifecycle
 
     async def create(self, sandbox_id: str, spec: SandboxSpec) -> SandboxHandle:
-        if spec.egress or spec.dns:
+        if spec.egress or spec.dns:  # a request this backend refuses by design: a client error
             raise BackendError("the local backend cannot filter a sandbox's traffic by destination: use "
                                "network='host' (the host's network), or the kubernetes backend for egress and dns",
-                               501, ErrorCode.UNSUPPORTED)
+                               400, ErrorCode.UNSUPPORTED)
         if spec.isolation != "none":
             self._check_isolation()
         base = RootSpec(env=dict(spec.env))
