@@ -133,14 +133,13 @@ class SandboxManager:
             try:
                 record.agent_url = await native(handle, timeout)
             except ProblemError as error:
-                if error.status != 404 or await self.store.get(sandbox_id) is not None:
-                    await self.delete(sandbox_id, reason="failed")
-                    if error.status < 500:
-                        raise
-                    raise ProblemError(503, ErrorCode.BACKEND_ERROR,
-                                       f"sandbox {sandbox_id!r} failed to start: {error.detail}") from None
-                raise ProblemError(404, ErrorCode.SANDBOX_NOT_FOUND, f"sandbox {sandbox_id!r} was deleted while "
-                                   f"it started") from None
+                if await self.store.get(sandbox_id) is None:  # a client deleted it meanwhile
+                    raise not_found(sandbox_id) from None
+                await self.delete(sandbox_id, reason="failed")
+                if error.status < 500:  # the client's to fix: an image that cannot be pulled...
+                    raise
+                raise ProblemError(503, ErrorCode.BACKEND_ERROR,
+                                   f"sandbox {sandbox_id!r} failed to start: {error.detail}") from None
             return await self._mark_ready(record)
         agent = self.agents.get(sandbox_id, record.agent_url, record.agent_token)
         deadline = time.monotonic() + timeout

@@ -251,8 +251,9 @@ class FakeKubernetes:
             return self._watch(resource, namespace, selector, request.query_params)
         items = [copy.deepcopy(o) for (r, ns, _), o in sorted(self.objects.items())
                  if r == resource and ns == namespace and matches(o["metadata"].get("labels") or {}, selector)]
-        kind = RESOURCES[(request.path_params["prefix"], resource)]
-        return JSONResponse({"apiVersion": items[0]["apiVersion"] if items else "v1", "kind": f"{kind}List",
+        prefix = request.path_params["prefix"]
+        return JSONResponse({"apiVersion": prefix.removeprefix("apis/").removeprefix("api/"),
+                             "kind": f"{RESOURCES[(prefix, resource)]}List",
                              "metadata": {"resourceVersion": str(self.version)}, "items": items})
 
     async def _item(self, request: Request):
