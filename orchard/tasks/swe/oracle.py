@@ -118,6 +118,21 @@ def _sed_script(hunk: Hunk, number: int) -> str | None:
     return f"{number}s/.*/{replacement}/"
 
 
+def _enclosing_function(hunk: Hunk, number: int) -> str | None:
+    """The function the buggy line is in: the nearest ``def`` above it in the hunk, else the one git
+    names in the hunk header."""
+    for line in reversed(hunk.old[: number - hunk.old_start]):
+        if match := re.match(r"\s*(?:async\s+)?def\s+(\w+)\(", line):
+            return match.group(1)
+    match = re.search(r"def\s+(\w+)", hunk.section)
+    return match.group(1) if match else None
+
+
+def _fixed_line(hunk: Hunk) -> str | None:
+    """The first line the fix adds, if it adds one."""
+    return next((line for line in hunk.new if line not in hunk.old), None)
+
+
 @dataclass(frozen=True)
 class Step:
     thought: str
@@ -177,7 +192,13 @@ class OracleTeacher:
 
     def _edit(self, hunk: Hunk) -> Step:
         number, text = buggy_line(hunk)
-        thought = f"Line {number} of {hunk.path} is wrong: `{text.strip()}`. Fixing it."
+        # The function, then the line it needs, and only then the wrong one: what the edit writes is
+        # stated just before it, not left to be recalled past the wrong line.
+        function = _enclosing_function(hunk, number)
+        where = f"Line {number} of {hunk.path}" + (f", in `def {function}`," if function else "")
+        fixed = _fixed_line(hunk)
+        thought = (f"{where} should be `{fixed.strip()}`, not `{text.strip()}`. Fixing it." if fixed is not None
+                   else f"{where} is wrong: `{text.strip()}`. Fixing it.")
         if self.style == "codeact":
             return Step(thought, "edit", {"command": "str_replace", "path": f"{REPO_DIR}/{hunk.path}",
                                           "old_str": "\n".join(hunk.old), "new_str": "\n".join(hunk.new)})
