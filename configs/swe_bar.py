@@ -66,8 +66,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.sft.log_every = 10
     config.sft.eval_every = 800
     config.sft.checkpoint_every = 100
+    # observation_weight: a model trained from scratch also learns to predict what it is shown (tool output shows
+    # names copied and helpers' code), at a quarter of an action token's weight (orchard.data.examples).
     config.sft.data = ConfigDict({"eval_fraction": 0.05, "seq_len": 1024, "batch_size": 4, "grad_accum": 1,
-                                  "epsilon": 0.05})
+                                  "epsilon": 0.05, "observation_weight": 0.25})
     # More updates of fewer rows at a higher lr: at equal tokens, 600 steps of 4 rows at 1e-2 ended at 0.06 per
     # trained token (eval 0.08) where 300 steps of 8 rows at 3e-3 ended at 0.14 (eval 0.15). 800 steps fit the
     # 15-minute budget on 2 cores.

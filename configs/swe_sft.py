@@ -53,6 +53,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.data.batch_size = 2
     config.data.grad_accum = 1
     config.data.epsilon = 0.05  # rise-segment threshold
+    config.data.observation_weight = 0.0  # the loss weight of non-assistant tokens: none, as in the paper
     config.data.train = ""  # set by the data preparation step
     config.data.eval = ""
 

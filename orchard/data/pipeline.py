@@ -1,7 +1,8 @@
 """The Grain input pipeline for supervised fine-tuning: examples -> packed, batched rows.
 
 An example is a tokenised training sequence, ``{"token_ids": [...], "loss_mask": [...]}`` of equal
-length, where ``loss_mask[j]`` says whether the model is trained to produce token ``j``. Examples
+length, where ``loss_mask[j]`` is the weight of the loss on producing token ``j`` (0 or 1, or a
+weight between: :mod:`orchard.data.examples`). Examples
 live in JSONL files (one object a line) or ArrayRecord files (each record that object as JSON).
 
 Each example of ``n`` tokens becomes ``n - 1`` next-token steps: inputs ``token_ids[:-1]``,
@@ -12,7 +13,7 @@ Examples are then packed first-fit into rows of ``seq_len`` steps (Grain's
 
 * ``tokens`` (int32): the inputs.
 * ``targets`` (int32): the next token within the same example.
-* ``loss_mask`` (float32): 1 where ``targets[i]`` is trained on, 0 elsewhere and on padding.
+* ``loss_mask`` (float32): the weight of ``targets[i]`` (1 where it is trained on), 0 on padding.
 * ``segment_ids`` (int32): 1, 2, 3... for the examples in the row, 0 for padding.
 * ``positions`` (int32): restart at 0 for each example.
 
@@ -120,7 +121,7 @@ def write_array_record(path: PathLike, examples: Iterable[Mapping[str, Sequence]
     try:
         for count, example in enumerate(examples, start=1):
             record = {"token_ids": [int(t) for t in example["token_ids"]],
-                      "loss_mask": [bool(m) for m in example["loss_mask"]]}
+                      "loss_mask": [float(m) for m in example["loss_mask"]]}
             writer.write(json.dumps(_validate(record, f"{path}: example {count}")).encode())
     finally:
         writer.close()

@@ -75,3 +75,26 @@ def test_recorded_token_ids_are_used_as_sampled(tokenizer):
     prompt = chat.render([{"role": "user", "content": "Hi"}], add_generation_prompt=True).token_ids
     assert example.token_ids[: len(prompt) + len(odd)] == prompt + odd
     assert example.token_ids[-2:] == [end, *tokenizer.encode("\n")] and not example.loss_mask[-2]
+
+
+def test_observation_weight_weighs_what_the_model_is_shown_and_never_an_untaught_action(tokenizer):
+    chat = Qwen3Format(tokenizer)
+    trajectory = run(resolved=False, rise_segments=[(1, 1)])
+    example = to_example(trajectory, chat, observation_weight=0.25)
+    plain = to_example(trajectory, chat)
+    assert example.token_ids == plain.token_ids
+    assert set(example.loss_mask) == {0.0, 0.25, 1.0}
+    # the taught action keeps weight 1; actions outside the rise segments stay at 0
+    assert [w == 1.0 for w in example.loss_mask] == [w == 1.0 for w in plain.loss_mask]
+    rendered = chat.render([m.to_chat() for m in trajectory.messages], tools=TOOLS)
+    actions = [(start, end) for role, start, end in rendered.spans if role == "assistant"]
+    for index in (0, 2):
+        start, end = actions[index]
+        assert example.loss_mask[start:end] == [0.0] * (end - start)
+    # every other token (system, user, tool output, turn headers) has the observation weight
+    in_actions = {i for start, end in actions for i in range(start, end)}
+    assert all(w == 0.25 for i, w in enumerate(example.loss_mask) if i not in in_actions)
+    assert tokenizer.decode([t for t, w in zip(example.token_ids, example.loss_mask, strict=True) if w == 0.25]
+                            ).count("output 1") == 1
+    with pytest.raises(ValueError, match="observation_weight"):
+        to_example(trajectory, chat, observation_weight=1.5)

@@ -98,7 +98,7 @@ def test_loss_masks_survive_packing():
         {"token_ids": [4, 5, 6, 7, 8, 9, 10], "loss_mask": [1, 1, 0, 0, 1, 0, 1]},
         {"token_ids": [11], "loss_mask": [1]},  # no target: dropped
         {"token_ids": [12, 13], "loss_mask": [0, 1]},
-        {"token_ids": [14, 15, 16, 17], "loss_mask": [1, 0, 0, 0]},
+        {"token_ids": [14, 15, 16, 17], "loss_mask": [1, 0.25, 0, 0.5]},  # weights between 0 and 1
         {"token_ids": list(range(20, 32)), "loss_mask": [0, 1] * 6},  # 12 tokens: truncated to 9
         *make_examples(20, seed=1),
     ]
@@ -199,11 +199,13 @@ def test_malformed_jsonl_line_is_named(tmp_path):
 
 
 def test_array_record_and_jsonl_give_the_same_examples(tmp_path):
-    examples = [*make_examples(25), {"token_ids": [1, 2], "loss_mask": [False, True]}]
+    examples = [*make_examples(25), {"token_ids": [1, 2], "loss_mask": [False, True]},
+                {"token_ids": [3, 4, 5], "loss_mask": [0.25, 1, 0]}]
     jsonl = ExampleSource(write_jsonl(tmp_path / "train.jsonl", examples))
-    assert write_array_record(tmp_path / "train.array_record", examples) == 26
+    assert write_array_record(tmp_path / "train.array_record", examples) == 27
     records = ExampleSource(tmp_path / "train.array_record")
-    assert len(jsonl) == len(records) == 26
-    for i in (25, 3, 0, 17):  # random access
+    assert len(jsonl) == len(records) == 27
+    for i in (25, 3, 0, 17, 26):  # random access
         assert jsonl[i]["token_ids"] == records[i]["token_ids"] == examples[i]["token_ids"]
-        assert [bool(m) for m in jsonl[i]["loss_mask"]] == records[i]["loss_mask"]
+        assert [float(m) for m in jsonl[i]["loss_mask"]] == records[i]["loss_mask"]
+    assert records[26]["loss_mask"] == [0.25, 1.0, 0.0]

@@ -54,8 +54,9 @@ def build_sft_data(config: ConfigDict, workdir: str) -> tuple[str, str]:
     held_out = set(tasks[: max(1, int(len(tasks) * data.eval_fraction))])
     directory = os.path.join(workdir, "data")
     train, evaluation = os.path.join(directory, "train.jsonl"), os.path.join(directory, "eval.jsonl")
-    n_train = write_examples((t for t in trajectories if t.task_id not in held_out), chat, train)
-    n_eval = write_examples((t for t in trajectories if t.task_id in held_out), chat, evaluation)
+    n_train = write_examples((t for t in trajectories if t.task_id not in held_out), chat, train,
+                             data.observation_weight)
+    n_eval = write_examples((t for t in trajectories if t.task_id in held_out), chat, evaluation)  # actions only
     resolved = sum(t.outcome.resolved for t in trajectories)
     log.info("%d trajectories (%d resolved) -> %d train and %d eval examples in %s", len(trajectories), resolved,
              n_train, n_eval, directory)
