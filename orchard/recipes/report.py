@@ -23,8 +23,9 @@ def check_config(config: ConfigDict) -> list[str]:
     tasks, teacher, rl, sampler = config.tasks, config.teacher, config.rl, config.rl.sampler
     if not tasks.path and not tasks.sources:
         problems.append("tasks: set tasks.path (instances.jsonl) or tasks.sources")
-    if not 0.0 <= tasks.held_out_fraction < 1.0:
-        problems.append(f"tasks.held_out_fraction must be in [0, 1), got {tasks.held_out_fraction}")
+    for name in ("held_out_fraction", "rl_fraction"):
+        if not 0.0 <= tasks[name] < 1.0:
+            problems.append(f"tasks.{name} must be in [0, 1), got {tasks[name]}")
     if not config.tokenizer.path and config.tokenizer.train_vocab < 260:
         problems.append("tokenizer: set tokenizer.path, or tokenizer.train_vocab >= 260 (256 bytes + specials)")
     if not config.tokenizer.path and not teacher.samples:
@@ -98,7 +99,8 @@ def summary_table(result: RecipeResult) -> Table:
                                  f"{int(held['tasks_solved'])} tasks solved{apart})")
     for name, value in bar_summary(result.rl_metrics).items():
         table.add_row(f"BAR {name.replace('_', ' ')}", f"{value:.2f}" if isinstance(value, float) else str(value))
-    table.add_row("tasks (train / held out)", f"{result.tasks['train']} / {result.tasks['held_out']}")
+    table.add_row("tasks (SFT / RL / held out)",
+                  f"{result.tasks['sft']} / {result.tasks['rl']} / {result.tasks['held_out']}")
     table.add_row("teacher trajectories (resolved)",
                   f"{result.teacher['trajectories']} ({result.teacher['resolved']})")
     for stage, seconds in result.seconds.items():

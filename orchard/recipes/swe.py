@@ -18,6 +18,10 @@ killed run continues where it stopped. The held-out split is by task instance
 (:func:`split_tasks`): no held-out bug is seen in collection, SFT or RL, but another bug of the
 same function may be; the held-out instances whose failing test no training instance has (for
 ``opkit``: helpers never seen broken) are also reported apart. Held-out resolve rates are greedy.
+The training instances are split again, as in the paper, whose RL set is instances not used in
+SFT: ``tasks.rl_fraction`` of them get no teacher trajectories and are RL's prompts (with
+``rl_fraction=0``, RL samples the SFT instances). The paper also keeps only RL instances whose
+initial pass rate is in (0, 0.5]; here BAR's window and fallbacks meet polarised prompts instead.
 
 Departures from the paper, at the embedded default's scale: the teacher is the oracle teacher
 (:mod:`orchard.tasks.swe.oracle`, which knows the gold patch) instead of frontier models, its
@@ -232,7 +236,7 @@ async def sandbox_client(config: ConfigDict) -> AsyncIterator[AsyncSandboxClient
 class RecipeResult:
     held_out: dict[str, dict[str, float]]  # "init", "sft", "rl" -> evaluate()'s result
     rl_metrics: dict[int, dict[str, float]]  # per RL step
-    tasks: dict[str, int]
+    tasks: dict[str, int]  # "sft", "rl", "held_out" -> how many instances
     teacher: dict[str, float]
     seconds: dict[str, float]  # per stage
 
@@ -256,15 +260,17 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
     instances = load_or_generate_tasks(config, workdir)
     train, held_out = split_tasks(instances, config.tasks.held_out_fraction, config.seed)
     unseen = frozenset(unseen_tests(train, held_out))
-    if not train:
-        raise ValueError(f"no training tasks among {len(instances)}: lower tasks.held_out_fraction")
+    sft_tasks, rl_tasks = split_tasks(train, config.tasks.rl_fraction, config.seed + 1)
+    if not sft_tasks or (config.tasks.rl_fraction and not rl_tasks):
+        raise ValueError(f"{len(train)} training tasks do not split into SFT and RL tasks: add tasks or lower "
+                         "tasks.held_out_fraction and tasks.rl_fraction")
     lap("tasks")
     held: dict[str, dict[str, float]] = {}
     async with sandbox_client(config) as client:
         trajectories: list[Trajectory] = []
         if config.teacher.samples:
-            trajectories = await collect_teacher(config, client, train, os.path.join(workdir, "teacher",
-                                                                                      "trajectories.jsonl"))
+            trajectories = await collect_teacher(config, client, sft_tasks, os.path.join(workdir, "teacher",
+                                                                                          "trajectories.jsonl"))
         lap("collect")
         tokenizer_dir = prepare_tokenizer(config, trajectories, os.path.join(workdir, "tokenizer"))
         tokenizer = Tokenizer.from_pretrained(tokenizer_dir)
@@ -283,7 +289,7 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
                 held["sft"] = await evaluate_policy(config, client, from_pretrained(model_dir), tokenizer, held_out,
                                                     os.path.join(evaluations, "sft.json"), unseen)
             lap("evaluate")
-        rl_dir = await run_rl(config, workdir, client, train, resolve(model_dir))
+        rl_dir = await run_rl(config, workdir, client, rl_tasks or sft_tasks, resolve(model_dir))
         lap("rl")
         if held_out:
             held["rl"] = await evaluate_policy(config, client, from_pretrained(rl_dir), tokenizer, held_out,
@@ -291,7 +297,7 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
         lap("evaluate")
     resolved = sum(t.outcome.resolved for t in trajectories)
     result = RecipeResult(held_out=held, rl_metrics=read_metrics(os.path.join(workdir, "rl")),
-                          tasks={"train": len(train), "held_out": len(held_out)},
+                          tasks={"sft": len(sft_tasks), "rl": len(rl_tasks), "held_out": len(held_out)},
                           teacher={"trajectories": len(trajectories), "resolved": resolved}, seconds=seconds)
     with open(os.path.join(workdir, "summary.json"), "w") as handle:
         json.dump(result.to_dict(), handle, indent=2)

@@ -42,8 +42,10 @@ def test_the_check_names_each_problem():
     config.rl.rows = 8
     config.engine.url = ""
     config.env.url = ""
+    config.tasks.rl_fraction = 1.0
     problems = "\n".join(check_config(config))
     assert "holds no positive count" in problems and "rl.rows (8)" in problems
+    assert "tasks.rl_fraction must be in [0, 1)" in problems
     assert "engine.url is required" in problems and "kubernetes backend" in problems
 
 
@@ -74,14 +76,14 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     assert "held-out resolve rate after RL" in done.stdout and "BAR rollouts per group" in done.stdout
     summary = json.loads((workdir / "summary.json").read_text())
     held = summary["tasks"]["held_out"]
-    assert held >= 1 and summary["tasks"]["train"] + held == 8
+    assert held == 2 and summary["tasks"] == {"sft": 4, "rl": 2, "held_out": 2}  # 8 split 2 held out, then 6 by 1/4
     for stage in ("init", "sft", "rl"):
         result = summary["held_out"][stage]
         assert result["episodes"] == held and 0.0 <= result["resolve_rate"] <= 1.0
         episodes = list(read_trajectories(str(workdir / "eval" / f"{stage}.trajectories.jsonl")))
         assert len(episodes) == held and sum(t.outcome.resolved for t in episodes) == result["resolve_rate"] * held
-    assert summary["teacher"]["trajectories"] == 2 * summary["tasks"]["train"]
-    assert summary["teacher"]["resolved"] == summary["tasks"]["train"]  # the clean variant resolves, fail does not
+    assert summary["teacher"]["trajectories"] == 2 * summary["tasks"]["sft"]  # none for the RL tasks
+    assert summary["teacher"]["resolved"] == summary["tasks"]["sft"]  # the clean variant resolves, fail does not
     [step] = summary["rl_metrics"].values()
     assert 2 <= step["rollouts_per_group"] <= 4 and "informative_groups" in step
     for path in ("resolve_rate.png", "sft_model/config.json", "rl_model/tokenizer.json", "rl/metrics.jsonl"):
