@@ -12,6 +12,9 @@ loss (:mod:`orchard.train.grpo`), and the new weights go to the engine before th
 rollouts (immediate for :class:`~orchard.rollout.jax_engine.JaxEngine`; ``OpenAIEngine`` and vLLM
 through their weight-sync hook).
 
+Before the first step, ``rl.pass_filter`` can keep only the prompts whose pass rate under the
+initial policy lies in a window (:func:`filter_by_pass_rate`), as the paper's RL set does.
+
 Metrics per step: reward, resolve rate, informative-group fraction, rollouts per group, fallbacks,
 tokens per second, and the time split between rollouts and learning.
 """
@@ -19,6 +22,7 @@ tokens per second, and the time split between rollouts and learning.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -198,6 +202,52 @@ async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, 
     return state, StepResult(groups, metrics)
 
 
+async def filter_by_pass_rate(workers: RolloutWorkers, instances: Sequence[SWEInstance], samples: int,
+                              low: float, high: float, seed: int) -> tuple[list[SWEInstance], dict[str, float]]:
+    """The paper's RL prompt filter: ``samples`` rollouts of every instance by the initial policy,
+    keeping those whose pass rate ``p`` has ``low < p <= high`` (the paper: 0 < p <= 0.5). A prompt
+    the policy always solves or always fails gives groups with no variance, which BAR can only
+    meet with its fallbacks. Returns the kept instances and every instance's pass rate (``nan``
+    when every rollout of it was dropped)."""
+    rates: dict[str, float] = {}
+
+    async def measure(index: int, instance: SWEInstance) -> None:
+        rewards = [r.reward for r in await workers.rollouts(instance, samples, seed + index * 1000)
+                   if r.reward is not None]
+        rates[instance.instance_id] = sum(r > 0 for r in rewards) / len(rewards) if rewards else float("nan")
+
+    with tqdm(total=len(instances), desc="rl prompts: pass rate", unit="prompt") as bar:
+        for done in asyncio.as_completed([measure(i, inst) for i, inst in enumerate(instances)]):
+            await done
+            bar.update()
+    kept = [i for i in instances if low < rates[i.instance_id] <= high]
+    log.info("pass-rate filter: %d of %d prompts have %g < p <= %g (%d rollouts)", len(kept), len(instances), low,
+             high, samples * len(instances))
+    return kept, rates
+
+
+async def rl_prompts(config: Any, workdir: str, workers: RolloutWorkers, instances: Sequence[SWEInstance]
+                     ) -> list[SWEInstance]:
+    """RL's prompts: ``instances``, or with ``rl.pass_filter.samples`` those that pass
+    :func:`filter_by_pass_rate` under the initial policy (all of them, with a warning, when none
+    does). The choice is saved in ``workdir/prompts.json``, so a resumed run keeps it."""
+    path = os.path.join(workdir, "prompts.json")
+    if os.path.exists(path):
+        with open(path) as handle:
+            chosen = set(json.load(handle)["prompts"])
+        return [i for i in instances if i.instance_id in chosen]
+    kept, rates = list(instances), {}
+    if (spec := config.rl.pass_filter).samples:
+        kept, rates = await filter_by_pass_rate(workers, instances, spec.samples, spec.low, spec.high, config.seed)
+        if not kept:
+            log.warning("no prompt passed the pass-rate filter; RL samples all %d", len(instances))
+            kept = list(instances)
+    os.makedirs(workdir, exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump({"prompts": [i.instance_id for i in kept], "pass_rates": rates}, handle, indent=1)
+    return kept
+
+
 def make_engine(config: Any, model: Any, tokenizer: Tokenizer) -> RolloutEngine:
     """The rollout engine a config names: ``jax`` (in process, over the learner's own model) or
     ``vllm`` / ``openai`` (a server at ``url`` serving ``served_model``, whose weights are synced by
@@ -251,6 +301,7 @@ async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instan
     workers = RolloutWorkers(client, harness, policy, limits, rl.concurrency,
                              rollout_seconds=rl.episode_seconds * 2)
     sampler = make_sampler(rl.sampler)
+    instances = await rl_prompts(config, workdir, workers, instances)
     last: dict[str, float] = {}
     with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=int(state.step), desc="rl",
                                                   unit="step") as bar:

@@ -258,3 +258,46 @@ def test_the_config_names_the_rollout_engine():
     assert str(vllm.client.base_url).rstrip("/") == "http://vllm:8000"
     with pytest.raises(ValueError, match="unknown rollout engine 'sglang'"):
         make_engine(ConfigDict({"kind": "sglang"}), None, tokenizer)
+
+
+class _PassRates:
+    """Stands in for RolloutWorkers: each instance's rollouts resolve by a fixed script."""
+
+    def __init__(self, scripts: dict[str, list[float | None]]) -> None:
+        self.scripts, self.asked = scripts, []
+
+    async def rollouts(self, instance, count, seed):
+        from orchard.train.rl import ScoredRollout
+
+        self.asked.append((instance.instance_id, count))
+        trajectory = Trajectory(task_id=instance.instance_id, messages=[], outcome=Outcome())
+        return [ScoredRollout(trajectory, reward, "", 0) for reward in self.scripts[instance.instance_id][:count]]
+
+
+def test_the_pass_rate_filter_keeps_prompts_in_its_window_and_a_resumed_run_keeps_its_choice(tmp_path):
+    from types import SimpleNamespace
+
+    from configs.swe_bar import get_config
+    from orchard.train.rl import filter_by_pass_rate, rl_prompts
+
+    instances = [SimpleNamespace(instance_id=name) for name in ("always", "quarter", "half", "never", "dropped")]
+    workers = _PassRates({"always": [1.0] * 4, "quarter": [1.0, -1.0, -1.0, -1.0], "half": [-1.0, 1.0, None, -1.0, 1.0],
+                          "never": [-1.0] * 4, "dropped": [None] * 4})
+    kept, rates = asyncio.run(filter_by_pass_rate(workers, instances, 4, 0.0, 0.5, seed=0))
+    assert [i.instance_id for i in kept] == ["quarter", "half"]
+    assert rates["always"] == 1.0 and rates["quarter"] == 0.25 and rates["never"] == 0.0
+    assert rates["half"] == pytest.approx(1 / 3)  # a dropped rollout does not count
+    assert np.isnan(rates["dropped"])
+    assert sorted(workers.asked) == sorted((i.instance_id, 4) for i in instances)
+
+    config = get_config("tiny")
+    config.rl.pass_filter.update({"samples": 4, "low": 0.0, "high": 0.5})
+    chosen = asyncio.run(rl_prompts(config, str(tmp_path / "rl"), workers, instances))
+    assert [i.instance_id for i in chosen] == [i.instance_id for i in kept]
+    again = _PassRates({i.instance_id: [1.0] * 4 for i in instances})  # a resumed run: the saved choice, no rollouts
+    assert asyncio.run(rl_prompts(config, str(tmp_path / "rl"), again, instances)) == chosen and not again.asked
+    # No prompt in the window: RL samples them all rather than none.
+    none = asyncio.run(rl_prompts(config, str(tmp_path / "none"), again, instances))
+    assert none == instances and len(again.asked) == len(instances)
+    config.rl.pass_filter.samples = 0  # no filter: every prompt, and no rollouts spent
+    assert asyncio.run(rl_prompts(config, str(tmp_path / "off"), _PassRates({}), instances)) == instances
