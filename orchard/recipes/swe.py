@@ -27,7 +27,8 @@ Departures from the paper, at the embedded default's scale: the teacher is the o
 (:mod:`orchard.tasks.swe.oracle`, which knows the gold patch) instead of frontier models, its
 trajectories are brief (search, read, edit, submit), and the policy is a tiny model trained from
 scratch over a BPE learnt from the teacher text, so SFT teaches the whole skill and not only its
-credit assignment.
+credit assignment; for the same reason its loss also weighs the tool output the policy is shown
+(``sft.data.observation_weight``, :mod:`orchard.data.examples`).
 """
 
 from __future__ import annotations
