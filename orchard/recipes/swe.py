@@ -20,8 +20,9 @@ same function may be; the held-out instances whose failing test no training inst
 ``opkit``: helpers never seen broken) are also reported apart. Held-out resolve rates are greedy.
 The training instances are split again, as in the paper, whose RL set is instances not used in
 SFT: ``tasks.rl_fraction`` of them get no teacher trajectories and are RL's prompts (with
-``rl_fraction=0``, RL samples the SFT instances). The paper also keeps only RL instances whose
-initial pass rate is in (0, 0.5]; here BAR's window and fallbacks meet polarised prompts instead.
+``rl_fraction=0``, RL samples the SFT instances). Of those, RL keeps the ones whose pass rate
+under the SFT policy is in (0, 0.5], as the paper's RL set does (``rl.pass_filter``,
+:func:`orchard.train.rl.filter_by_pass_rate`).
 
 Departures from the paper, at the embedded default's scale: the teacher is the oracle teacher
 (:mod:`orchard.tasks.swe.oracle`, which knows the gold patch) instead of frontier models, its
