@@ -13,7 +13,7 @@ from orchard.harness.bash import BashHarness
 from orchard.harness.codeact import CodeActHarness
 from orchard.tasks.swe.collect import collect, drop_reason
 from orchard.tasks.swe.generate import generate_task_set
-from orchard.tasks.swe.oracle import OracleTeacher, parse_patch
+from orchard.tasks.swe.oracle import OracleTeacher, buggy_line, parse_patch
 from orchard.tasks.swe.sources import resolve_source
 
 VARIANTS = ("clean", "wander", "fail")
@@ -91,4 +91,9 @@ def test_the_brief_plan_searches_reads_edits_and_submits(tmp_path):
     fixed = next(line for line in hunk.new if line not in hunk.old)
     # The one-line fix is addressed by the enclosing def, as `sed -i '/def f(/{n;s/.*/NEW/}' path`.
     assert edit.arguments["command"] == f"sed -i '/def {name}(/{{n;s/.*/{fixed}/}}' {hunk.path}"
+    # Its thought states the function and the line it needs before the wrong one, so what the edit writes
+    # was said just before it.
+    number, wrong = buggy_line(hunk)
+    assert edit.thought == (f"Line {number} of {hunk.path}, in `def {name}`, should be `{fixed.strip()}`, "
+                            f"not `{wrong.strip()}`. Fixing it.")
     assert submit.tool == "finish"
