@@ -12,8 +12,8 @@ import pytest
 from configs.swe_bar import get_config
 from orchard.data.trajectory import read_trajectories
 from orchard.recipes.report import check_config
-from orchard.recipes.swe import split_tasks, unseen_tests
-from orchard.tasks.swe.instance import SWEInstance
+from orchard.recipes.swe import run, split_tasks, unseen_tests
+from orchard.tasks.swe.instance import SWEInstance, save_instances
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -31,6 +31,16 @@ def test_the_split_holds_out_instances_and_names_those_with_an_unseen_test():
     assert unseen_tests(instances, instances) == set()
 
 
+def test_training_tasks_too_few_to_split_into_sft_and_rl_are_a_clear_error(tmp_path):
+    save_instances([SWEInstance(instance_id="only", repo="r", base_commit="c", problem_statement="Fix it.")],
+                   tmp_path / "instances.jsonl")
+    config = get_config("tiny")
+    config.tasks.update({"path": str(tmp_path / "instances.jsonl"), "held_out_fraction": 0.0, "rl_fraction": 0.5})
+    with pytest.raises(ValueError, match="do not split into SFT and RL tasks"):
+        run(config, str(tmp_path / "run"))  # before any sandbox or model is started
+    assert not os.path.exists(tmp_path / "run" / "teacher")
+
+
 @pytest.mark.parametrize("variant", ["tiny", "qwen3_30b_a3b"])
 def test_shipped_configs_pass_the_check(variant):
     assert check_config(get_config(variant)) == []
@@ -46,6 +56,8 @@ def test_the_check_names_each_problem():
     problems = "\n".join(check_config(config))
     assert "holds no positive count" in problems and "rl.rows (8)" in problems
     assert "tasks.rl_fraction must be in [0, 1)" in problems
+    config.rl.pass_filter.update({"samples": 4, "low": 0.5, "high": 0.5})
+    assert "rl.pass_filter: need 0 <= low < high <= 1" in check_config(config)
     assert "engine.url is required" in problems and "kubernetes backend" in problems
 
 
