@@ -131,3 +131,12 @@ def test_varied_lengths_reuse_compiled_programs():
         completion = sampler.generate([prompt[:length]], SamplingParams(max_tokens=max_tokens, temperature=0.0))[0]
         assert len(completion.token_ids) == max_tokens
     assert (sampler_module._decode._cache_size(), sampler_module._prefill._cache_size()) == compiled
+
+
+def test_bucket_pads_less_than_a_quarter_with_four_sizes_per_octave():
+    from orchard.rollout.sampler import bucket
+
+    assert [bucket(n) for n in (1, 16, 17, 96, 100, 513, 760, 900, 1025)] == [16, 16, 20, 96, 112, 640, 768, 1024, 1280]
+    sizes = {bucket(n) for n in range(513, 1025)}
+    assert sizes == {640, 768, 896, 1024}
+    assert all(n <= bucket(n) < 1.25 * n + 1 for n in range(17, 5000))
