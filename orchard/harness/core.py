@@ -12,9 +12,9 @@ ended (``reward``/``resolved`` are left for a grader):
 
 ============  =====================================================================================
 completed     the harness saw a submission (``metadata["submission"]`` holds it)
-truncated     ``max_steps`` turns without a submission, or the conversation reached ``max_tokens``
-aborted       ``max_format_errors`` consecutive format errors, or the policy (engine, server) or the
-              sandbox raised (``metadata["error"]`` says what)
+truncated     the policy ran into a limit: ``max_steps`` turns without a submission, the conversation
+              reached ``max_tokens``, or ``max_format_errors`` consecutive format errors
+aborted       the policy (engine, server) or the sandbox raised (``metadata["error"]`` says what)
 timed_out     the wall clock (``time_limit``) ran out; a command still running is cancelled, which
               makes the sandbox kill its process group
 ============  =====================================================================================
@@ -27,7 +27,10 @@ Design choices:
 - **Format errors are observations.** A turn the harness cannot parse (no action, several, an
   unknown tool, bad arguments) is answered with a message saying what was wrong, and counted. The
   count of *consecutive* errors ends a run (a model that recovers is not punished for a slip); the
-  total is kept in the metadata.
+  total is kept in the metadata. That end is ``truncated``, like the step limit it stands in for
+  (mini-swe-agent answers format errors until its step limit): the run is the policy's failure and
+  a usable negative for RL (:mod:`orchard.train.bar` takes completed and truncated runs), where
+  ``aborted`` means a failure outside the policy.
 - **The token limit is a context budget**: the length of the latest prompt plus its completion, as
   the policy reports it. A turn that reaches it ends the run unexecuted (it was most likely cut
   off); a policy that knows the prompt length in advance (:class:`~orchard.harness.policies.EnginePolicy`)
@@ -268,7 +271,7 @@ async def _loop(harness: Harness, policy: Policy, sandbox: AsyncSandbox, convers
             run.consecutive_errors += 1
             messages.extend(harness.reject(turn, error))
             if run.consecutive_errors >= limits.max_format_errors:
-                return run.end("aborted", "format_errors", str(error))
+                return run.end("truncated", "format_errors", str(error))
             continue
         run.consecutive_errors = 0
 

@@ -33,14 +33,14 @@ async def live_ids(aclient) -> set[str]:
     return {info.id for info in await aclient.list()}
 
 
-async def test_format_errors_are_fed_back_and_consecutive_ones_abort(box, tokenizer, chat_format):
+async def test_format_errors_are_fed_back_and_consecutive_ones_end_the_run_truncated(box, tokenizer, chat_format):
     replies = ["I think I should look around.", "```bash\nls\n```\nand\n```bash\npwd\n```", ECHO,
                "no block", "still none", "none again", ECHO]
     engine = ScriptedEngine(tokenizer, replies)
     trajectory = await run_agent(BashHarness(), EnginePolicy(engine, chat_format), box, "Do it.",
                                  limits=Limits(max_format_errors=3))
 
-    assert trajectory.outcome.status == "aborted"
+    assert trajectory.outcome.status == "truncated"
     meta = trajectory.metadata
     assert (meta["end_reason"], meta["steps"], meta["format_errors"]) == ("format_errors", 6, 5)
     assert len(engine.replies) == 1  # the run stopped at the third error in a row
