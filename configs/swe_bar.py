@@ -93,6 +93,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.max_new_tokens = 96  # per turn
     config.rl.temperature = 1.0
     config.rl.eps_low, config.rl.eps_high = 0.2, 0.28
+    config.rl.updates_per_batch = 1  # GRPO's iterations: policy updates on each step's rollouts
     config.rl.max_turns = 5
     # The paper's RL prompts: those whose pass rate under the initial policy is in (low, high], from `samples`
     # rollouts each before the first step (orchard.train.rl.filter_by_pass_rate); samples 0 keeps every prompt.

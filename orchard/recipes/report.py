@@ -70,6 +70,8 @@ def check_config(config: ConfigDict) -> list[str]:
         problems.append("num_steps (RL steps) must be at least 1")
     if rl.concurrency < 1:
         problems.append("rl.concurrency must be at least 1")
+    if rl.updates_per_batch < 1:
+        problems.append("rl.updates_per_batch (policy updates per step's rollouts) must be at least 1")
     return problems
 
 

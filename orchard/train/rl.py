@@ -176,8 +176,9 @@ def policy_rows(groups: Sequence[GroupResult], chat_format: ChatMLFormat, seq_le
 async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, engine: RolloutEngine,
                   workers: RolloutWorkers, sampler: GroupSampler, instances: Sequence[SWEInstance],
                   chat_format: ChatMLFormat, mesh: Any, *, prompts_per_step: int, seq_len: int, rows: int,
-                  seed: int) -> tuple[TrainState, StepResult]:
-    """Rollouts, one GRPO update and the weight sync; returns the new state and the step's metrics."""
+                  seed: int, updates: int = 1) -> tuple[TrainState, StepResult]:
+    """Rollouts, ``updates`` GRPO updates on them and the weight sync; returns the new state and the
+    step's metrics (the loss is the first update's, at ratio 1; the grad norm is their mean)."""
     drawn = random.Random(seed * 1_000_003 + step).sample(list(instances), min(2 * prompts_per_step, len(instances)))
     chosen, spares = drawn[:prompts_per_step], drawn[prompts_per_step:]  # spares replace dropped prompts
     started = time.perf_counter()
@@ -192,12 +193,16 @@ async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, 
         return state, StepResult(groups, metrics)
     batch = policy_rows(trained, chat_format, seq_len, rows)
     started = time.perf_counter()
-    state, learner = train_step(state, jax.device_put({k: v[None] for k, v in batch.items()}, batch_sharding(mesh)))
-    learner = {k: float(v) for k, v in jax.device_get(learner).items()}
+    batch = jax.device_put({k: v[None] for k, v in batch.items()}, batch_sharding(mesh))
+    learner = []
+    for _ in range(updates):  # after the first, the ratio to the rollouts' logprobs moves and the clip bounds it
+        state, out = train_step(state, batch)
+        learner.append({k: float(v) for k, v in jax.device_get(out).items()})
     engine.update_weights(nnx.merge(graphdef, state.params))
     learn_s = time.perf_counter() - started
-    metrics.update({"loss": learner["loss"], "grad_norm": learner["grad_norm"], "lr": learner["lr"],
-                    "trained_tokens": learner["tokens"], "rollout_s": rollout_s, "learn_s": learn_s,
+    metrics.update({"loss": learner[0]["loss"], "grad_norm": statistics.fmean(u["grad_norm"] for u in learner),
+                    "lr": learner[0]["lr"], "trained_tokens": learner[0]["tokens"], "rollout_s": rollout_s,
+                    "learn_s": learn_s,
                     "tokens_per_s": float(batch["loss_mask"].sum()) / max(rollout_s + learn_s, 1e-9)})
     return state, StepResult(groups, metrics)
 
@@ -290,7 +295,8 @@ async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instan
                                                        seed=config.seed),
                           concurrency=1 if config.engine.kind == "jax" else rl.concurrency)
     optimizer, schedule = make_optimizer(config.optim.peak_lr, config.optim.final_lr, config.optim.warmup_steps,
-                                         config.num_steps, config.optim.weight_decay, config.optim.clip_norm)
+                                         config.num_steps * rl.updates_per_batch, config.optim.weight_decay,
+                                         config.optim.clip_norm)
     graphdef, state = init_state(model, optimizer, mesh)
     checkpointer = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint_every)
     if (latest := checkpointer.latest_step()) is not None:
@@ -303,12 +309,12 @@ async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instan
     sampler = make_sampler(rl.sampler)
     instances = await rl_prompts(config, workdir, workers, instances)
     last: dict[str, float] = {}
-    with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=int(state.step), desc="rl",
-                                                  unit="step") as bar:
-        for step in range(int(state.step), config.num_steps):
+    first = int(state.step) // rl.updates_per_batch  # the state counts updates
+    with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=first, desc="rl", unit="step") as bar:
+        for step in range(first, config.num_steps):
             state, result = await rl_step(step, state, train_step, graphdef, engine, workers, sampler, instances,
                                           chat, mesh, prompts_per_step=rl.prompts_per_step, seq_len=rl.seq_len,
-                                          rows=rl.rows, seed=config.seed)
+                                          rows=rl.rows, seed=config.seed, updates=rl.updates_per_batch)
             last = result.metrics
             metrics.write(step + 1, last)
             checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)

@@ -53,8 +53,10 @@ def test_the_check_names_each_problem():
     config.engine.url = ""
     config.env.url = ""
     config.tasks.rl_fraction = 1.0
+    config.rl.updates_per_batch = 0
     problems = "\n".join(check_config(config))
     assert "holds no positive count" in problems and "rl.rows (8)" in problems
+    assert "rl.updates_per_batch" in problems
     assert "tasks.rl_fraction must be in [0, 1)" in problems
     config.rl.pass_filter.update({"samples": 4, "low": 0.5, "high": 0.5})
     assert "rl.pass_filter: need 0 <= low < high <= 1" in check_config(config)

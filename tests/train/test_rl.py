@@ -194,7 +194,7 @@ def test_the_loop_survives_a_sandbox_that_dies_and_a_rollout_that_times_out(orch
 
 def test_an_rl_step_with_reward_variance_changes_the_parameters_and_syncs_them(orchestrator, tmp_path):
     """A random tiny policy never resolves a task, so this grader double marks the first rollout
-    of each group resolved: the group has variance and the update is not zero."""
+    of each group resolved: the group has variance and the updates are not zero."""
     from orchard.train.bar import FixedGroup
 
     class FirstResolves(FixedGroup):
@@ -215,12 +215,13 @@ def test_an_rl_step_with_reward_variance_changes_the_parameters_and_syncs_them(o
         try:
             workers = RolloutWorkers(client, BashHarness(), policy, Limits(max_steps=1), concurrency=2)
             return await rl_step(1, state, train_step, graphdef, engine, workers, FirstResolves(2), [instance], chat,
-                                 mesh, prompts_per_step=1, seq_len=2048, rows=2, seed=0)
+                                 mesh, prompts_per_step=1, seq_len=2048, rows=2, seed=0, updates=2)
         finally:
             await client.aclose()
 
     new_state, step = asyncio.run(run())
     assert step.metrics["informative_groups"] == 1.0 and step.metrics["loss"] != 0.0, step.metrics
+    assert int(new_state.step) == 2  # GRPO's iterations: two updates on the step's rollouts
     after = [np.asarray(x) for x in jax.tree.leaves(new_state.params)]
     assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))  # the update moved them
     served = [np.asarray(x) for x in jax.tree.leaves(engine.sampler.state)]
