@@ -23,7 +23,7 @@ def check_config(config: ConfigDict) -> list[str]:
     tasks, teacher, rl, sampler = config.tasks, config.teacher, config.rl, config.rl.sampler
     if not tasks.path and not tasks.sources:
         problems.append("tasks: set tasks.path (instances.jsonl) or tasks.sources")
-    if config.rl.pass_filter.samples and not 0.0 <= config.rl.pass_filter.low < config.rl.pass_filter.high <= 1.0:
+    if rl.pass_filter.samples and not 0.0 <= rl.pass_filter.low < rl.pass_filter.high <= 1.0:
         problems.append("rl.pass_filter: need 0 <= low < high <= 1")
     for name in ("held_out_fraction", "rl_fraction"):
         if not 0.0 <= tasks[name] < 1.0:

@@ -125,6 +125,7 @@ def test_train_rl_writes_metrics_and_resumes(orchestrator, tmp_path):
     config.num_steps, config.checkpoint_every = 1, 1
     config.rl.sampler.update({"name": "fixed", "group_size": 2})
     config.rl.update({"prompts_per_step": 1, "max_new_tokens": 16, "max_turns": 2, "seq_len": 2048, "rows": 2})
+    config.rl.updates_per_batch = 2  # the checkpointed state counts 2 updates a step; resuming must divide
     workdir = str(tmp_path / "rl")
 
     async def run(steps: int) -> dict:
