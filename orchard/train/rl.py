@@ -191,19 +191,19 @@ async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, 
         metrics.update({"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "trained_tokens": 0.0, "rollout_s": rollout_s,
                         "learn_s": 0.0, "tokens_per_s": 0.0})
         return state, StepResult(groups, metrics)
-    batch = policy_rows(trained, chat_format, seq_len, rows)
+    packed = policy_rows(trained, chat_format, seq_len, rows)
     started = time.perf_counter()
-    batch = jax.device_put({k: v[None] for k, v in batch.items()}, batch_sharding(mesh))
+    batch = jax.device_put({k: v[None] for k, v in packed.items()}, batch_sharding(mesh))
     learner = []
     for _ in range(updates):  # after the first, the ratio to the rollouts' logprobs moves and the clip bounds it
         state, out = train_step(state, batch)
         learner.append({k: float(v) for k, v in jax.device_get(out).items()})
     engine.update_weights(nnx.merge(graphdef, state.params))
     learn_s = time.perf_counter() - started
+    tokens = learner[0]["tokens"]  # the batch's loss-mask count, the same for every update
     metrics.update({"loss": learner[0]["loss"], "grad_norm": statistics.fmean(u["grad_norm"] for u in learner),
-                    "lr": learner[0]["lr"], "trained_tokens": learner[0]["tokens"], "rollout_s": rollout_s,
-                    "learn_s": learn_s,
-                    "tokens_per_s": float(batch["loss_mask"].sum()) / max(rollout_s + learn_s, 1e-9)})
+                    "lr": learner[0]["lr"], "trained_tokens": tokens, "rollout_s": rollout_s, "learn_s": learn_s,
+                    "tokens_per_s": tokens / max(rollout_s + learn_s, 1e-9)})
     return state, StepResult(groups, metrics)
 
 
