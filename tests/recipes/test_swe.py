@@ -90,7 +90,7 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     assert "held-out resolve rate after RL" in done.stdout and "BAR rollouts per group" in done.stdout
     summary = json.loads((workdir / "summary.json").read_text())
     held = summary["tasks"]["held_out"]
-    assert held == 2 and summary["tasks"] == {"sft": 4, "rl": 2, "held_out": 2}  # 8 split 2 held out, then 6 by 1/4
+    assert held == 2 and summary["tasks"] == {"sft": 4, "rl": 2, "held_out": 2}  # 8 split 2 held out, then 6 by 1/5
     for stage in ("init", "sft", "rl"):
         result = summary["held_out"][stage]
         assert result["episodes"] == held and 0.0 <= result["resolve_rate"] <= 1.0
