@@ -29,6 +29,7 @@ from orchard.models.config import ModelConfig
 # CAUSAL_BLOCK_MIN tokens (:func:`attend_causal`); the cap keeps long contexts to a few traced blocks.
 CAUSAL_BLOCKS, CAUSAL_BLOCK_MIN = 8, 128
 
+
 class KVCache(NamedTuple):
     k: jax.Array  # [B, S, K, Dh]
     v: jax.Array  # [B, S, K, Dh]
