@@ -106,9 +106,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.seq_len = 1600  # max_context and the template tokens that close the last turn
     config.rl.rows = 16  # the chosen groups (prompts_per_step x group_size rollouts) fit, one row each at most
 
-    # Stage 5: held-out evaluation, greedy (temperature 0), as resolve rates are usually reported; the RL
-    # rollouts sample at rl.temperature.
-    config.eval = ConfigDict({"samples": 1, "temperature": 0.0})
+    # Stage 5: held-out evaluation. Every stage's policy greedily (one episode a task at temperature 0), as
+    # resolve rates are usually reported; the policies RL starts from and ends with also sampled, `samples`
+    # episodes a task at rl.temperature (avg@k), the rate RL's reward optimises.
+    config.eval = ConfigDict({"samples": 8})
 
     # Where sandboxes run: empty url starts a local orchestrator (local backend).
     config.env = ConfigDict({"url": "", "api_key": "", "backend": "local"})
@@ -137,7 +138,6 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.rl.max_context, config.rl.seq_len = 65536 - 64, 65536
         config.rl.rows = 16 * 16
         config.rl.episode_seconds = 3600.0
-        config.eval.update({"samples": 1})
         config.mesh.update({"fsdp": 32, "tp": 4})
         config.env.update({"url": "http://orchard-env.orchard.svc:8080", "backend": "kubernetes"})
     else:

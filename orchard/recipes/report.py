@@ -68,6 +68,8 @@ def check_config(config: ConfigDict) -> list[str]:
         problems.append("env.url (the orchestrator of the cluster) is required for the kubernetes backend")
     if config.num_steps < 1:
         problems.append("num_steps (RL steps) must be at least 1")
+    if config.eval.samples < 1:
+        problems.append("eval.samples (sampled held-out episodes per task) must be at least 1")
     if rl.concurrency < 1:
         problems.append("rl.concurrency must be at least 1")
     if rl.updates_per_batch < 1:
@@ -93,14 +95,18 @@ def summary_table(result: RecipeResult) -> Table:
     labels = {"init": "held-out resolve rate at init", "sft": "held-out resolve rate after SFT",
               "rl": "held-out resolve rate after RL"}
     for stage, label in labels.items():
-        if stage in result.held_out:
-            held = result.held_out[stage]
+        for name, held in result.held_out.get(stage, {}).items():
             apart = ""
             if held.get("unseen_test_episodes"):  # held-out bugs whose test catches no training bug
                 unseen = held["unseen_test_episodes"]
                 apart = f"; {round(held['unseen_test_resolve_rate'] * unseen)}/{int(unseen)} with an unseen test"
-            table.add_row(label, f"{held['resolve_rate']:.3f} ({int(held['episodes'])} episodes, "
-                                 f"{int(held['tasks_solved'])} tasks solved{apart})")
+            table.add_row(f"{label} ({name})", f"{held['resolve_rate']:.3f} ({int(held['episodes'])} episodes, "
+                                               f"{int(held['tasks_solved'])} tasks solved{apart})")
+    if result.rl_change:
+        change = result.rl_change
+        table.add_row("held-out tasks whose sampled rate RL raised / lowered",
+                      f"{int(change['tasks_up'])} / {int(change['tasks_down'])} (sign test p = "
+                      f"{change['sign_test_p']:.3f})")
     for name, value in bar_summary(result.rl_metrics).items():
         table.add_row(f"BAR {name.replace('_', ' ')}", f"{value:.2f}" if isinstance(value, float) else str(value))
     table.add_row("tasks (SFT / RL / held out)",
@@ -133,9 +139,13 @@ def plot_curves(result: RecipeResult, path: str) -> str:
     curves.legend(loc="lower right", fontsize=8)
     curves.set_title("BAR RL")
     stages = [s for s in ("init", "sft", "rl") if s in result.held_out]
-    bars = held.bar(stages, [result.held_out[s]["resolve_rate"] for s in stages],
-                    color=["#999", "#4a8", "#36c"][:len(stages)])
-    held.bar_label(bars, labels=[f"{result.held_out[s]['resolve_rate']:.2f}" for s in stages])  # 0 stays visible
+    for offset, (name, color) in enumerate((("greedy", "#4a8"), ("sampled", "#36c"))):
+        rates = [result.held_out[s][name]["resolve_rate"] if name in result.held_out[s] else math.nan
+                 for s in stages]
+        bars = held.bar([i + 0.4 * offset for i in range(len(stages))], rates, width=0.4, color=color, label=name)
+        held.bar_label(bars, labels=["" if math.isnan(r) else f"{r:.2f}" for r in rates], fontsize=8)  # 0 shows
+    held.set_xticks([i + 0.2 for i in range(len(stages))], stages)
+    held.legend(loc="upper left", fontsize=8)
     held.set_ylim(0, 1)
     held.set_title("held-out resolve rate")
     figure.tight_layout()

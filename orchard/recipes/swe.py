@@ -9,15 +9,20 @@
     sft_model/        the SFT policy as an HF directory
     rl/               checkpoints, metrics          (orchard.train.rl)
     rl_model/         the RL policy as an HF directory
-    eval/             init.json, sft.json, rl.json: held-out resolve rates, and the episodes
-                      behind each (init.trajectories.jsonl, ...)
+    eval/             <stage>_<pass>.json: held-out resolve rates (stage init, sft or rl; pass
+                      greedy or sampled), and the episodes behind each
+                      (sft_sampled.trajectories.jsonl, ...)
     summary.json
 
 Each stage is skipped when its output exists, and SFT and RL resume from their checkpoints, so a
 killed run continues where it stopped. The held-out split is by task instance
 (:func:`split_tasks`): no held-out bug is seen in collection, SFT or RL, but another bug of the
 same function may be; the held-out instances whose failing test no training instance has (for
-``opkit``: helpers never seen broken) are also reported apart. Held-out resolve rates are greedy.
+``opkit``: helpers never seen broken) are also reported apart. Every stage's policy is evaluated
+greedily, one episode a task, as resolve rates are usually reported; the policies RL starts from
+and ends with are also evaluated sampled, ``eval.samples`` episodes a task at ``rl.temperature``
+(avg@k): that is the rate RL's reward optimises, and the paired per-task change between the two
+is summarised by :func:`sampled_change`.
 The training instances are split again, as in the paper, whose RL set is instances not used in
 SFT: ``tasks.rl_fraction`` of them get no teacher trajectories and are RL's prompts (with
 ``rl_fraction=0``, RL samples the SFT instances). Of those, RL keeps the ones whose pass rate
@@ -191,31 +196,55 @@ async def run_rl(config: ConfigDict, workdir: str, client: AsyncSandboxClient, i
 
 
 async def evaluate_policy(config: ConfigDict, client: AsyncSandboxClient, model: Any, tokenizer: Tokenizer,
-                          instances: Sequence[SWEInstance], path: str, unseen: frozenset[str] = frozenset()
-                          ) -> dict[str, float]:
-    """Stage 5: the held-out resolve rate of ``model`` (``eval.samples`` episodes per task at
-    ``eval.temperature``: 0 is greedy), cached in ``path``; the graded episodes go beside it, in
-    ``<stage>.trajectories.jsonl``, to be read. ``unseen_test_episodes`` and
+                          instances: Sequence[SWEInstance], path: str, unseen: frozenset[str] = frozenset(),
+                          samples: int = 1, temperature: float = 0.0) -> dict[str, float]:
+    """Stage 5: the held-out resolve rate of ``model`` over ``samples`` episodes per task at
+    ``temperature`` (0 is greedy), cached in ``path``; the graded episodes go beside it, in
+    ``<name>.trajectories.jsonl``, to be read. ``unseen_test_episodes`` and
     ``unseen_test_resolve_rate`` are the same over the tasks in ``unseen`` (:func:`unseen_tests`)."""
     if os.path.exists(path):
         with open(path) as handle:
             return json.load(handle)
     rl = config.rl
     policy = EnginePolicy(JaxEngine(model, tokenizer), Qwen3Format(tokenizer),
-                          SamplingParams(max_tokens=rl.max_new_tokens, temperature=config.eval.temperature,
-                                         seed=config.seed))
+                          SamplingParams(max_tokens=rl.max_new_tokens, temperature=temperature, seed=config.seed))
     workers = RolloutWorkers(client, BashHarness(), policy,
                              Limits(max_steps=rl.max_turns, max_tokens=rl.max_context, time_limit=rl.episode_seconds),
                              rl.concurrency)
-    result, episodes = await evaluate(workers, instances, samples=config.eval.samples, seed=config.seed + 1)
+    result, episodes = await evaluate(workers, instances, samples=samples, seed=config.seed + 1)
     apart = [t.outcome.resolved for t in episodes if t.task_id in unseen]
     result["unseen_test_episodes"] = float(len(apart))
     result["unseen_test_resolve_rate"] = sum(apart) / len(apart) if apart else 0.0
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    save_trajectories(os.path.splitext(path)[0] + ".trajectories.jsonl", episodes)
+    save_trajectories(episodes_path(path), episodes)
     with open(path, "w") as handle:
         json.dump(result, handle, indent=2)
     return result
+
+
+def episodes_path(result_path: str) -> str:
+    """Where :func:`evaluate_policy` keeps the graded episodes behind ``result_path``."""
+    return os.path.splitext(result_path)[0] + ".trajectories.jsonl"
+
+
+def task_rates(episodes: str) -> dict[str, float]:
+    """Each task's resolve rate over the graded episodes in the file ``episodes``."""
+    outcomes: dict[str, list[bool]] = {}
+    for trajectory in read_trajectories(episodes):
+        outcomes.setdefault(trajectory.task_id, []).append(trajectory.outcome.resolved)
+    return {task: sum(solved) / len(solved) for task, solved in outcomes.items()}
+
+
+def sampled_change(before: str, after: str) -> dict[str, float]:
+    """The paired per-task change of the sampled held-out rate from the episodes in ``before`` to
+    those in ``after``: how many tasks rose and fell, and the one-sided sign test's p-value of at
+    least that many rising if RL changed nothing (each changed task equally likely to go either way)."""
+    start, end = task_rates(before), task_rates(after)
+    up = sum(end[task] > rate for task, rate in start.items())
+    down = sum(end[task] < rate for task, rate in start.items())
+    changed = up + down
+    p_value = sum(math.comb(changed, k) for k in range(up, changed + 1)) / 2 ** changed
+    return {"tasks_up": float(up), "tasks_down": float(down), "sign_test_p": p_value}
 
 
 @contextlib.asynccontextmanager
@@ -236,15 +265,17 @@ async def sandbox_client(config: ConfigDict) -> AsyncIterator[AsyncSandboxClient
 
 @dataclass
 class RecipeResult:
-    held_out: dict[str, dict[str, float]]  # "init", "sft", "rl" -> evaluate()'s result
+    held_out: dict[str, dict[str, dict[str, float]]]  # "init", "sft", "rl" -> "greedy", "sampled" -> evaluate()'s
+    rl_change: dict[str, float]  # sampled_change() from the policy RL starts from to the one it ends with
     rl_metrics: dict[int, dict[str, float]]  # per RL step
     tasks: dict[str, int]  # "sft", "rl", "held_out" -> how many instances
     teacher: dict[str, float]
     seconds: dict[str, float]  # per stage
 
     def to_dict(self) -> dict[str, Any]:
-        return {"held_out": self.held_out, "rl_metrics": {str(k): v for k, v in self.rl_metrics.items()},
-                "tasks": self.tasks, "teacher": self.teacher, "seconds": self.seconds}
+        return {"held_out": self.held_out, "rl_change": self.rl_change,
+                "rl_metrics": {str(k): v for k, v in self.rl_metrics.items()}, "tasks": self.tasks,
+                "teacher": self.teacher, "seconds": self.seconds}
 
 
 async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
@@ -267,7 +298,16 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
         raise ValueError(f"{len(train)} training tasks do not split into SFT and RL tasks: add tasks or lower "
                          "tasks.held_out_fraction and tasks.rl_fraction")
     lap("tasks")
-    held: dict[str, dict[str, float]] = {}
+    held: dict[str, dict[str, dict[str, float]]] = {}
+    evaluations = os.path.join(workdir, "eval")
+    passes = {"greedy": (1, 0.0), "sampled": (config.eval.samples, config.rl.temperature)}
+
+    async def evaluate_stage(stage: str, model: Any, names: Sequence[str]) -> None:
+        held[stage] = {name: await evaluate_policy(config, client, model, tokenizer, held_out,
+                                                   os.path.join(evaluations, f"{stage}_{name}.json"), unseen,
+                                                   *passes[name]) for name in names}
+
+    rl_start = "sft" if config.sft.num_steps else "init"
     async with sandbox_client(config) as client:
         trajectories: list[Trajectory] = []
         if config.teacher.samples:
@@ -276,11 +316,9 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
         lap("collect")
         tokenizer_dir = prepare_tokenizer(config, trajectories, os.path.join(workdir, "tokenizer"))
         tokenizer = Tokenizer.from_pretrained(tokenizer_dir)
-        evaluations = os.path.join(workdir, "eval")
         if held_out:
             initial = build_model(_with_model(config, tokenizer_dir), config.seed)
-            held["init"] = await evaluate_policy(config, client, initial, tokenizer, held_out,
-                                                 os.path.join(evaluations, "init.json"), unseen)
+            await evaluate_stage("init", initial, passes if rl_start == "init" else ["greedy"])
         lap("evaluate")
         model_dir = config.model.path
         if config.sft.num_steps:
@@ -288,17 +326,19 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
                                 tokenizer_dir)
             lap("sft")
             if held_out:
-                held["sft"] = await evaluate_policy(config, client, from_pretrained(model_dir), tokenizer, held_out,
-                                                    os.path.join(evaluations, "sft.json"), unseen)
+                await evaluate_stage("sft", from_pretrained(model_dir), passes)
             lap("evaluate")
         rl_dir = await run_rl(config, workdir, client, rl_tasks or sft_tasks, resolve(model_dir))
         lap("rl")
         if held_out:
-            held["rl"] = await evaluate_policy(config, client, from_pretrained(rl_dir), tokenizer, held_out,
-                                               os.path.join(evaluations, "rl.json"), unseen)
+            await evaluate_stage("rl", from_pretrained(rl_dir), passes)
         lap("evaluate")
+    rl_change = {}
+    if held_out:
+        rl_change = sampled_change(episodes_path(os.path.join(evaluations, f"{rl_start}_sampled.json")),
+                                   episodes_path(os.path.join(evaluations, "rl_sampled.json")))
     resolved = sum(t.outcome.resolved for t in trajectories)
-    result = RecipeResult(held_out=held, rl_metrics=read_metrics(os.path.join(workdir, "rl")),
+    result = RecipeResult(held_out=held, rl_change=rl_change, rl_metrics=read_metrics(os.path.join(workdir, "rl")),
                           tasks={"sft": len(sft_tasks), "rl": len(rl_tasks), "held_out": len(held_out)},
                           teacher={"trajectories": len(trajectories), "resolved": resolved}, seconds=seconds)
     with open(os.path.join(workdir, "summary.json"), "w") as handle:

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from configs.swe_bar import get_config
-from orchard.data.trajectory import read_trajectories
+from orchard.data.trajectory import Outcome, Trajectory, read_trajectories, save_trajectories
 from orchard.recipes.report import check_config
-from orchard.recipes.swe import run, split_tasks, unseen_tests
+from orchard.recipes.swe import run, sampled_change, split_tasks, task_rates, unseen_tests
 from orchard.tasks.swe.instance import SWEInstance, save_instances
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -39,6 +39,27 @@ def test_training_tasks_too_few_to_split_into_sft_and_rl_are_a_clear_error(tmp_p
     with pytest.raises(ValueError, match="do not split into SFT and RL tasks"):
         run(config, str(tmp_path / "run"))  # before any sandbox or model is started
     assert not os.path.exists(tmp_path / "run" / "teacher")
+
+
+def _episodes(path, outcomes: dict[str, list[bool]]) -> str:
+    save_trajectories(str(path), [Trajectory(task_id=task, messages=[], outcome=Outcome(resolved=solved))
+                             for task, runs in outcomes.items() for solved in runs])
+    return str(path)
+
+
+def test_the_sampled_change_pairs_tasks_and_gives_the_sign_test(tmp_path):
+    before = _episodes(tmp_path / "before.jsonl", {"a": [True, False, False, False], "b": [True] * 4,
+                                                   "c": [False] * 4, "d": [True, True, False, False]})
+    after = _episodes(tmp_path / "after.jsonl", {"a": [True, True, False, False], "b": [True, True, True, False],
+                                                 "c": [False] * 4, "d": [True, True, True, False]})
+    assert task_rates(before) == {"a": 0.25, "b": 1.0, "c": 0.0, "d": 0.5}
+    # a and d rose, b fell, c did not change: P(at least 2 of 3 changed tasks rise) = (3 + 1) / 8
+    assert sampled_change(before, after) == {"tasks_up": 2.0, "tasks_down": 1.0, "sign_test_p": 0.5}
+    seven_of_eight = {f"t{n}": [n < 7] for n in range(8)}
+    seven_up = sampled_change(_episodes(tmp_path / "none.jsonl", {task: [False] for task in seven_of_eight}),
+                              _episodes(tmp_path / "flip.jsonl", {**seven_of_eight, "t7": [False]}))
+    assert seven_up["tasks_up"] == 7 and seven_up["sign_test_p"] == 1 / 2**7  # t7 did not change: 7 of 7 rose
+    assert sampled_change(before, before) == {"tasks_up": 0.0, "tasks_down": 0.0, "sign_test_p": 1.0}
 
 
 @pytest.mark.parametrize("variant", ["tiny", "qwen3_30b_a3b"])
@@ -82,7 +103,7 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
                  "sft.eval_every": 4, "sft.log_every": 2, "sft.data.batch_size": 2, "num_steps": 1,
                  "rl.prompts_per_step": 1, "rl.sampler.group_size": 2, "rl.sampler.max_budget": 4,
                  "rl.sampler.stride": 2, "rl.rows": 4, "rl.max_turns": 2, "rl.max_new_tokens": 16,
-                 "eval.samples": 1, "env.url": orchestrator.base_url, "env.api_key": orchestrator.api_key}
+                 "eval.samples": 2, "env.url": orchestrator.base_url, "env.api_key": orchestrator.api_key}
     command = [sys.executable, "experiments/swe_bar/run.py", f"--workdir={workdir}",
                *(f"--config.{key}={value}" for key, value in overrides.items())]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
@@ -91,11 +112,19 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     summary = json.loads((workdir / "summary.json").read_text())
     held = summary["tasks"]["held_out"]
     assert held == 2 and summary["tasks"] == {"sft": 4, "rl": 2, "held_out": 2}  # 8 split 2 held out, then 6 by 1/5
-    for stage in ("init", "sft", "rl"):
-        result = summary["held_out"][stage]
-        assert result["episodes"] == held and 0.0 <= result["resolve_rate"] <= 1.0
-        episodes = list(read_trajectories(str(workdir / "eval" / f"{stage}.trajectories.jsonl")))
-        assert len(episodes) == held and sum(t.outcome.resolved for t in episodes) == result["resolve_rate"] * held
+    # Greedy at every stage; sampled (eval.samples a task) where RL starts, after SFT, and where it ends.
+    passes = {"init": {"greedy": 1}, "sft": {"greedy": 1, "sampled": 2}, "rl": {"greedy": 1, "sampled": 2}}
+    assert {stage: set(results) for stage, results in summary["held_out"].items()} == {
+        stage: set(counts) for stage, counts in passes.items()}
+    for stage, counts in passes.items():
+        for name, per_task in counts.items():
+            result, episodes_run = summary["held_out"][stage][name], per_task * held
+            assert result["episodes"] == episodes_run and 0.0 <= result["resolve_rate"] <= 1.0
+            episodes = list(read_trajectories(str(workdir / "eval" / f"{stage}_{name}.trajectories.jsonl")))
+            assert len(episodes) == episodes_run
+            assert sum(t.outcome.resolved for t in episodes) == pytest.approx(result["resolve_rate"] * episodes_run)
+    change = summary["rl_change"]
+    assert change["tasks_up"] + change["tasks_down"] <= held and 0.0 < change["sign_test_p"] <= 1.0
     assert summary["teacher"]["trajectories"] == 2 * summary["tasks"]["sft"]  # none for the RL tasks
     assert summary["teacher"]["resolved"] == summary["tasks"]["sft"]  # the clean variant resolves, fail does not
     [step] = summary["rl_metrics"].values()
