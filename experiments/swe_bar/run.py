@@ -45,7 +45,8 @@ def main(_: list[str]) -> None:
     result = run(config, workdir)
     plot = plot_curves(result, os.path.join(workdir, "resolve_rate.png"))
     Console().print(summary_table(result))
-    print(json.dumps({"workdir": workdir, "plot": plot, "held_out": result.held_out}, indent=2))
+    print(json.dumps({"workdir": workdir, "plot": plot, "held_out": result.held_out, "rl_change": result.rl_change},
+                     indent=2))
 
 
 if __name__ == "__main__":

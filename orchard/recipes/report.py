@@ -90,10 +90,9 @@ def bar_summary(rl_metrics: dict[int, dict[str, float]]) -> dict[str, float]:
 
 def summary_table(result: RecipeResult) -> Table:
     table = Table(title="Orchard-SWE: held-out resolve rate and BAR statistics")
-    table.add_column("measure")
+    table.add_column("measure", no_wrap=True)
     table.add_column("value", justify="right")
-    labels = {"init": "held-out resolve rate at init", "sft": "held-out resolve rate after SFT",
-              "rl": "held-out resolve rate after RL"}
+    labels = {"init": "held-out at init", "sft": "held-out after SFT", "rl": "held-out after RL"}
     for stage, label in labels.items():
         for name, held in result.held_out.get(stage, {}).items():
             apart = ""
@@ -104,8 +103,8 @@ def summary_table(result: RecipeResult) -> Table:
                                                f"{int(held['tasks_solved'])} tasks solved{apart})")
     if result.rl_change:
         change = result.rl_change
-        table.add_row("held-out tasks whose sampled rate RL raised / lowered",
-                      f"{int(change['tasks_up'])} / {int(change['tasks_down'])} (sign test p = "
+        table.add_row("held-out tasks RL raised / lowered",
+                      f"{int(change['tasks_up'])} / {int(change['tasks_down'])}, sampled (sign test p = "
                       f"{change['sign_test_p']:.3f})")
     for name, value in bar_summary(result.rl_metrics).items():
         table.add_row(f"BAR {name.replace('_', ' ')}", f"{value:.2f}" if isinstance(value, float) else str(value))
