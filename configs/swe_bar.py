@@ -8,8 +8,9 @@ repository, a tiny model trained from scratch, CPU):
 
 Each stage writes under the workdir and is skipped when its output is already there, so a killed
 run resumes at the stage (and, for SFT and RL, at the checkpoint) where it stopped. The run ends
-with a table (held-out resolve rate at init, after SFT and after RL; BAR's rollouts per group,
-fallbacks and informative-group fraction) and ``resolve_rate.png``. Measured numbers for this
+with a table (held-out resolve rate at init, after SFT and after RL, greedy, and after SFT and RL
+also sampled at the rollouts' temperature, with the tasks RL raised and lowered; BAR's rollouts per
+group, fallbacks and informative-group fraction) and ``resolve_rate.png``. Measured numbers for this
 config are in README.md and docs/benchmarks.md.
 
 Variants:
