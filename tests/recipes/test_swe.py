@@ -124,6 +124,8 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
             assert len(episodes) == episodes_run
             assert sum(t.outcome.resolved for t in episodes) == pytest.approx(result["resolve_rate"] * episodes_run)
     change = summary["rl_change"]
+    assert change == sampled_change(*(str(workdir / "eval" / f"{stage}_sampled.trajectories.jsonl")
+                                      for stage in ("sft", "rl")))
     assert change["tasks_up"] + change["tasks_down"] <= held and 0.0 < change["sign_test_p"] <= 1.0
     assert summary["teacher"]["trajectories"] == 2 * summary["tasks"]["sft"]  # none for the RL tasks
     assert summary["teacher"]["resolved"] == summary["tasks"]["sft"]  # the clean variant resolves, fail does not
@@ -135,3 +137,15 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((workdir / "summary.json").read_text())["held_out"] == summary["held_out"]
+    # RL from a saved policy, without SFT: the sampled pass and RL's change start at init.
+    start, policy = tmp_path / "from_policy", str(workdir / "sft_model")
+    no_sft = {**overrides, "teacher.samples": 0, "sft.num_steps": 0, "model.path": policy, "tokenizer.path": policy}
+    done = subprocess.run([sys.executable, "experiments/swe_bar/run.py", f"--workdir={start}",
+                           *(f"--config.{key}={value}" for key, value in no_sft.items())],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((start / "summary.json").read_text())
+    assert {stage: set(results) for stage, results in summary["held_out"].items()} == {
+        "init": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}
+    assert summary["rl_change"] == sampled_change(*(str(start / "eval" / f"{stage}_sampled.trajectories.jsonl")
+                                                    for stage in ("init", "rl")))
