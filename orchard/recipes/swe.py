@@ -301,12 +301,6 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
     held: dict[str, dict[str, dict[str, float]]] = {}
     evaluations = os.path.join(workdir, "eval")
     passes = {"greedy": (1, 0.0), "sampled": (config.eval.samples, config.rl.temperature)}
-
-    async def evaluate_stage(stage: str, model: Any, names: Sequence[str]) -> None:
-        held[stage] = {name: await evaluate_policy(config, client, model, tokenizer, held_out,
-                                                   os.path.join(evaluations, f"{stage}_{name}.json"), unseen,
-                                                   *passes[name]) for name in names}
-
     rl_start = "sft" if config.sft.num_steps else "init"
     async with sandbox_client(config) as client:
         trajectories: list[Trajectory] = []
@@ -316,6 +310,12 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
         lap("collect")
         tokenizer_dir = prepare_tokenizer(config, trajectories, os.path.join(workdir, "tokenizer"))
         tokenizer = Tokenizer.from_pretrained(tokenizer_dir)
+
+        async def evaluate_stage(stage: str, model: Any, names: Sequence[str]) -> None:
+            held[stage] = {name: await evaluate_policy(config, client, model, tokenizer, held_out,
+                                                       os.path.join(evaluations, f"{stage}_{name}.json"), unseen,
+                                                       *passes[name]) for name in names}
+
         if held_out:
             initial = build_model(_with_model(config, tokenizer_dir), config.seed)
             await evaluate_stage("init", initial, passes if rl_start == "init" else ["greedy"])

@@ -57,7 +57,7 @@ def test_the_sampled_change_pairs_tasks_and_gives_the_sign_test(tmp_path):
     assert sampled_change(before, after) == {"tasks_up": 2.0, "tasks_down": 1.0, "sign_test_p": 0.5}
     seven_of_eight = {f"t{n}": [n < 7] for n in range(8)}
     seven_up = sampled_change(_episodes(tmp_path / "none.jsonl", {task: [False] for task in seven_of_eight}),
-                              _episodes(tmp_path / "flip.jsonl", {**seven_of_eight, "t7": [False]}))
+                              _episodes(tmp_path / "flip.jsonl", seven_of_eight))
     assert seven_up["tasks_up"] == 7 and seven_up["sign_test_p"] == 1 / 2**7  # t7 did not change: 7 of 7 rose
     assert sampled_change(before, before) == {"tasks_up": 0.0, "tasks_down": 0.0, "sign_test_p": 1.0}
 
@@ -75,6 +75,7 @@ def test_the_check_names_each_problem():
     config.env.url = ""
     config.tasks.rl_fraction = 1.0
     config.rl.updates_per_batch = 0
+    config.eval.samples = 0
     problems = "\n".join(check_config(config))
     assert "holds no positive count" in problems and "rl.rows (8)" in problems
     assert "rl.updates_per_batch" in problems
@@ -82,6 +83,7 @@ def test_the_check_names_each_problem():
     config.rl.pass_filter.update({"samples": 4, "low": 0.5, "high": 0.5})
     assert "rl.pass_filter: need 0 <= low < high <= 1" in check_config(config)
     assert "engine.url is required" in problems and "kubernetes backend" in problems
+    assert "eval.samples (sampled held-out episodes per task) must be at least 1" in problems
 
 
 def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
