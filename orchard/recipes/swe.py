@@ -318,7 +318,7 @@ async def run_recipe(config: ConfigDict, workdir: str) -> RecipeResult:
 
         if held_out:
             initial = build_model(_with_model(config, tokenizer_dir), config.seed)
-            await evaluate_stage("init", initial, passes if rl_start == "init" else ["greedy"])
+            await evaluate_stage("init", initial, list(passes) if rl_start == "init" else ["greedy"])
         lap("evaluate")
         model_dir = config.model.path
         if config.sft.num_steps:

@@ -43,7 +43,7 @@ def test_training_tasks_too_few_to_split_into_sft_and_rl_are_a_clear_error(tmp_p
 
 def _episodes(path, outcomes: dict[str, list[bool]]) -> str:
     save_trajectories(str(path), [Trajectory(task_id=task, messages=[], outcome=Outcome(resolved=solved))
-                             for task, runs in outcomes.items() for solved in runs])
+                                  for task, runs in outcomes.items() for solved in runs])
     return str(path)
 
 
