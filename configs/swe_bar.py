@@ -89,6 +89,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # policy at seed 0 (sampled held-out 0.273): 10 steps of 4 prompts at 3e-4 reached 0.301 (11 tasks up, 5 down);
     # 16 steps of 4 with 4 updates a batch fell to 0.191 (8 / 17); 24 steps of 8 at 3e-4 over all 168 training
     # tasks reached 0.363 (15 / 5); these 14 steps of 8 at 5e-4, 0.352 (15 / 5) and 18 -> 21 of 32 greedily.
+    # At seed 2 they raise 8 -> 12 greedily (18 / 3); at seed 1, whose SFT ends at 4 of 32, nothing
+    # (docs/benchmarks.md).
     config.num_steps = 14
     config.checkpoint_every = 2
     config.optim = ConfigDict({"peak_lr": 5e-4, "final_lr": 5e-4, "warmup_steps": 1, "weight_decay": 0.0,
@@ -106,8 +108,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.max_turns = 5
     # The paper's RL prompts: those whose pass rate under the initial policy is in (low, high], from `samples`
     # rollouts each before the first step (orchard.train.rl.filter_by_pass_rate); samples 0 keeps every prompt. Off
-    # here: the 700-step policy already solves most RL prompts sometimes (the filter kept 14 of 34 at (0, 0.5]), and
-    # its 136 rollouts would cost a minute that the steps use better; BAR's strides spend more on the rest.
+    # here: 21 of the 34 RL prompts pass 1 to 3 of 4 rollouts of seed 0's 700-step policy (the filter keeps 14, at
+    # (0, 0.5]), and its 136 rollouts would cost a minute that the steps use better; BAR's strides spend more on the
+    # rest.
     config.rl.pass_filter = ConfigDict({"samples": 0, "low": 0.0, "high": 0.5})
     config.rl.max_context = 1536
     config.rl.episode_seconds = 120.0

@@ -25,16 +25,18 @@ and ends with are also evaluated sampled, ``eval.samples`` episodes a task at ``
 is summarised by :func:`sampled_change`.
 The training instances are split again, as in the paper, whose RL set is instances not used in
 SFT: ``tasks.rl_fraction`` of them get no teacher trajectories and are RL's prompts (with
-``rl_fraction=0``, RL samples the SFT instances). Of those, RL keeps the ones whose pass rate
-under the SFT policy is in (0, 0.5], as the paper's RL set does (``rl.pass_filter``,
-:func:`orchard.train.rl.filter_by_pass_rate`).
+``rl_fraction=0``, RL samples the SFT instances). With ``rl.pass_filter.samples``, RL keeps the
+ones whose pass rate under the SFT policy is in (0, 0.5], as the paper's RL set does
+(:func:`orchard.train.rl.filter_by_pass_rate`).
 
 Departures from the paper, at the embedded default's scale: the teacher is the oracle teacher
 (:mod:`orchard.tasks.swe.oracle`, which knows the gold patch) instead of frontier models, its
 trajectories are brief (search, read, edit, submit), and the policy is a tiny model trained from
 scratch over a BPE learnt from the teacher text, so SFT teaches the whole skill and not only its
 credit assignment; for the same reason its loss also weighs the tool output the policy is shown
-(``sft.data.observation_weight``, :mod:`orchard.data.examples`).
+(``sft.data.observation_weight``, :mod:`orchard.data.examples`). The default runs RL without the
+pass-rate filter: its 34 prompts are few, and BAR's strides already spend more rollouts on prompts
+whose groups have no variance.
 """
 
 from __future__ import annotations
