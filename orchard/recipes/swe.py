@@ -35,8 +35,8 @@ trajectories are brief (search, read, edit, submit), and the policy is a tiny mo
 scratch over a BPE learnt from the teacher text, so SFT teaches the whole skill and not only its
 credit assignment; for the same reason its loss also weighs the tool output the policy is shown
 (``sft.data.observation_weight``, :mod:`orchard.data.examples`). The default runs RL without the
-pass-rate filter: its 34 prompts are few, and BAR's strides already spend more rollouts on prompts
-whose groups have no variance.
+pass-rate filter: its rollouts (4 of each of the 34 prompts) would cost a minute of the budget,
+and BAR's strides already spend more rollouts on prompts whose groups have no variance.
 """
 
 from __future__ import annotations
