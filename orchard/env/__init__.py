@@ -25,14 +25,17 @@ _EXPORTS = {
     "SandboxClient": "orchard.env.client",
     "SandboxNotFound": "orchard.env.client",
     "StreamChunk": "orchard.env.client",
+    "Endpoint": "orchard.env.local",
     "LocalServer": "orchard.env.local",
     "local_server": "orchard.env.local",
+    "orchestrator": "orchard.env.local",
 }
 __all__ = [
     "AsyncSandbox",
     "AsyncSandboxClient",
     "AuthenticationError",
     "CommandFailed",
+    "Endpoint",
     "ExecResult",
     "InvalidRequest",
     "LocalServer",
@@ -46,6 +49,7 @@ __all__ = [
     "SandboxNotFound",
     "StreamChunk",
     "local_server",
+    "orchestrator",
 ]
 
 if TYPE_CHECKING:
@@ -66,7 +70,7 @@ if TYPE_CHECKING:
         SandboxNotFound,
         StreamChunk,
     )
-    from orchard.env.local import LocalServer, local_server
+    from orchard.env.local import Endpoint, LocalServer, local_server, orchestrator
 
 
 def __getattr__(name: str) -> Any:

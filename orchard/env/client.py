@@ -30,7 +30,7 @@ import tempfile
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import aiohttp
 import pydantic
@@ -46,6 +46,9 @@ CREATE_TIMEOUT = 360.0
 
 
 # ------------------------------------------------------------------- errors
+
+
+T = TypeVar("T")
 
 
 class OrchardError(Exception):
@@ -724,6 +727,13 @@ class Sandbox:
     kill_process = _blocking(AsyncSandbox.kill_process)
     snapshot = _blocking(AsyncSandbox.snapshot)
 
+    def run_async(self, function: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """``await function(async_sandbox, *args, **kwargs)`` on the SDK's loop, from sync code.
+
+        Code written once against :class:`AsyncSandbox` (a task's set-up, a grader) runs on this
+        sync sandbox through it: the call blocks until the coroutine finishes."""
+        return self._portal.run(function(self._async, *args, **kwargs))
+
     @functools.wraps(AsyncSandbox.fork)
     def fork(self, n: int, **kwargs: Any) -> list[Sandbox]:
         return [Sandbox(self._portal, inner) for inner in self._portal.run(self._async.fork(n, **kwargs))]
@@ -755,6 +765,10 @@ class SandboxClient:
 
     def get(self, sandbox_id: str, heartbeat: bool = False) -> Sandbox:
         return Sandbox(self._portal, self._portal.run(self._async.get(sandbox_id, heartbeat)))
+
+    def run_async(self, function: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """``await function(async_client, *args, **kwargs)`` on the SDK's loop, from sync code."""
+        return self._portal.run(function(self._async, *args, **kwargs))
 
     list = _blocking(AsyncSandboxClient.list)
     delete = _blocking(AsyncSandboxClient.delete)

@@ -1,7 +1,9 @@
-"""``local_server()``: a real orchestrator on loopback, for notebooks, examples and tests."""
+"""``local_server()``: a real orchestrator on loopback, for notebooks, examples and tests; and
+``orchestrator(url)``: the configured one, or a local one when no URL is configured."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -11,10 +13,10 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from orchard.env.client import AsyncSandboxClient, SandboxClient
+from orchard.env.client import API_KEY_ENV, AsyncSandboxClient, SandboxClient
 
 
 def free_port() -> int:
@@ -24,21 +26,27 @@ def free_port() -> int:
 
 
 @dataclass
-class LocalServer:
-    """A running ``orchard env serve`` process. Stop it with :meth:`stop` or a ``with`` block."""
+class Endpoint:
+    """Where an orchestrator answers, and its API key."""
 
     base_url: str
     api_key: str
-    state_dir: str
-    process: subprocess.Popen
-    log_path: str
-    _owns_state: bool = field(default=False, repr=False)
 
     def client(self, **kwargs) -> SandboxClient:
         return SandboxClient(self.base_url, self.api_key, **kwargs)
 
     def async_client(self, **kwargs) -> AsyncSandboxClient:
         return AsyncSandboxClient(self.base_url, self.api_key, **kwargs)
+
+
+@dataclass
+class LocalServer(Endpoint):
+    """A running ``orchard env serve`` process. Stop it with :meth:`stop` or a ``with`` block."""
+
+    state_dir: str
+    process: subprocess.Popen
+    log_path: str
+    _owns_state: bool = field(default=False, repr=False)
 
     def stop(self, timeout: float = 30.0) -> int:
         """Stop gracefully (SIGTERM: the orchestrator deletes its sandboxes unless they are shared)."""
@@ -113,3 +121,15 @@ def local_server(
             server.stop()
             raise RuntimeError(f"orchestrator did not start:\n{output}")
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def orchestrator(url: str = "", api_key: str = "", **local_options) -> Iterator[Endpoint]:
+    """The orchestrator at ``url`` (its key: ``api_key``, else ``$ORCHARD_API_KEY``), or, when ``url``
+    is empty, a :func:`local_server` started for the block (``local_options`` are its arguments)
+    and stopped after it: the one way recipes, experiments and notebooks find their sandboxes."""
+    if url:
+        yield Endpoint(url, api_key or os.environ.get(API_KEY_ENV, ""))
+        return
+    with local_server(**local_options) as server:
+        yield server

@@ -9,6 +9,13 @@ from dataclasses import dataclass
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "qwen3_moe")
 
+# Named shapes of models trained from scratch (the vocabulary comes from the tokenizer):
+# tiny: the embedded defaults' policy, 2 layers of width 64 (0.1M parameters besides the embedding).
+PRESETS: dict[str, dict] = {
+    "tiny": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 192, "num_layers": 2, "num_heads": 4,
+             "num_kv_heads": 2, "head_dim": 16, "tie_word_embeddings": True, "max_position_embeddings": 2048},
+}
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -44,6 +51,19 @@ class ModelConfig:
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)
+
+    @staticmethod
+    def preset_fields(name: str) -> dict:
+        """The fields of a named shape (:data:`PRESETS`), for a config file to start from."""
+        try:
+            return dict(PRESETS[name])
+        except KeyError:
+            raise ValueError(f"unknown model preset {name!r}: one of {', '.join(PRESETS)}") from None
+
+    @classmethod
+    def tiny(cls, vocab_size: int, **overrides) -> ModelConfig:
+        """The ``tiny`` preset over a vocabulary of ``vocab_size``."""
+        return cls(**{**cls.preset_fields("tiny"), "vocab_size": vocab_size, **overrides})
 
     @classmethod
     def from_hf(cls, hf: dict, **overrides) -> ModelConfig:

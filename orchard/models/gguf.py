@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from orchard.models.checkpoint import CheckpointError
+
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
     "attn_q": "self_attn.q_proj",
@@ -85,8 +87,6 @@ class GGUFCheckpoint:
         return iter(self._tensors)
 
     def get(self, name: str) -> np.ndarray:
-        from orchard.models.weights import CheckpointError
-
         try:
             tensor = self._tensors[name]
         except KeyError:

@@ -10,6 +10,7 @@ small models and odd head counts (SmolLM2 has 3 KV heads) still load on any mesh
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import jax
 import numpy as np
@@ -24,6 +25,17 @@ RULES: dict[str, str | None] = {
     "mlp": "tp",
     "experts": "ep",
 }
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    """The device mesh of a stage: data parallel (``fsdp``, parameters sharded too) x tensor parallel."""
+
+    fsdp: int = 1
+    tp: int = 1
+
+    def make(self) -> Mesh:
+        return make_mesh(self.fsdp, self.tp)
 
 
 def make_mesh(fsdp: int = 1, tp: int = 1, ep: int = 1, devices: list | None = None) -> Mesh:

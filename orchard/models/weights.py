@@ -5,8 +5,8 @@ parameter is read from its tensor(s), transposed where HF stores ``[out, in]``, 
 experts, cast to the parameter dtype and put in place. A checkpoint whose tensors do not match the
 config is a clear error naming the tensor.
 
-A checkpoint is anything with ``get(hf_tensor_name) -> np.ndarray``: :class:`SafetensorsCheckpoint`
-here, or :class:`orchard.models.gguf.GGUFCheckpoint`.
+A checkpoint is anything with ``get(hf_tensor_name) -> np.ndarray``
+(:class:`orchard.models.checkpoint.Checkpoint`): safetensors directories or llama.cpp GGUF files.
 """
 
 from __future__ import annotations
@@ -14,58 +14,20 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
-from safetensors import safe_open
 
+from orchard.models.checkpoint import Checkpoint, CheckpointError, SafetensorsCheckpoint
 from orchard.models.config import ModelConfig
+from orchard.models.gguf import GGUFCheckpoint
 from orchard.models.sharding import named_sharding
 from orchard.models.transformer import Transformer
-
-
-class CheckpointError(ValueError):
-    """The checkpoint does not fit the model it was loaded into."""
-
-
-class Checkpoint(Protocol):
-    def get(self, name: str) -> np.ndarray:
-        """The tensor HF calls ``name``, in HF's layout (``[out, in]`` for linear weights)."""
-        ...
-
-
-class SafetensorsCheckpoint:
-    """Lazy tensor access over ``model.safetensors`` or a sharded ``model.safetensors.index.json``."""
-
-    def __init__(self, path: str) -> None:
-        index = os.path.join(path, "model.safetensors.index.json")
-        if os.path.exists(index):
-            with open(index) as handle:
-                weight_map: dict[str, str] = json.load(handle)["weight_map"]
-        elif os.path.exists(os.path.join(path, "model.safetensors")):
-            with safe_open(os.path.join(path, "model.safetensors"), "np") as single:
-                weight_map = dict.fromkeys(single.keys(), "model.safetensors")
-        else:
-            raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {path}")
-        self.path = path
-        self.weight_map = weight_map
-        self._files: dict[str, Any] = {}  # open (memory-mapped) shards, opened once each
-
-    def names(self) -> Iterator[str]:
-        return iter(self.weight_map)
-
-    def get(self, name: str) -> np.ndarray:
-        try:
-            filename = self.weight_map[name]
-        except KeyError:
-            raise CheckpointError(f"checkpoint has no tensor {name!r}") from None
-        if filename not in self._files:
-            self._files[filename] = safe_open(os.path.join(self.path, filename), "np")
-        return self._files[filename].get_tensor(name)
 
 
 def _hf_tensor(checkpoint: Checkpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:
@@ -105,8 +67,6 @@ def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transfo
     ``overrides`` replace config fields, e.g. ``dtype="float32"`` for exact parity checks.
     """
     if path.endswith(".gguf"):
-        from orchard.models.gguf import GGUFCheckpoint
-
         checkpoint: Checkpoint = GGUFCheckpoint(path)
         cfg = ModelConfig.from_hf(checkpoint.config, **overrides)
     else:
@@ -163,3 +123,24 @@ def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 3
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as handle:
         json.dump({"metadata": {"total_size": sum(t.nbytes for s in shards for t in s.values())},
                    "weight_map": weight_map}, handle, indent=2)
+
+
+@dataclass
+class ModelWeights:
+    """A model's parameters as a trainer hands them to a rollout engine (:class:`orchard.rollout.types.Weights`).
+
+    ``params`` is the ``nnx.Param`` state a trainer updates (``nnx.split(model, nnx.Param)``), kept
+    beside the graph definition that turns it back into a model for :func:`save_pretrained`.
+    """
+
+    graphdef: Any
+    params: Any
+    version: int = 0
+
+    @classmethod
+    def of(cls, model: Transformer, version: int = 0) -> ModelWeights:
+        graphdef, params = nnx.split(model, nnx.Param)
+        return cls(graphdef, params, version)
+
+    def save_pretrained(self, directory: str) -> None:
+        save_pretrained(nnx.merge(self.graphdef, self.params), directory)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from orchard.models import ModelConfig, from_pretrained
+from orchard.models.checkpoint import CheckpointError
 from orchard.models.shipped import smollm2_gguf
-from orchard.models.weights import CheckpointError
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "models")
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen3_moe"]

@@ -30,16 +30,3 @@ class Store(Protocol):
     async def list(self) -> list[SandboxRecord]: ...
 
     async def close(self) -> None: ...
-
-
-def open_store(url: str | None) -> Store:
-    """``None`` or ``memory://`` for the in-memory store; ``redis://host:port/db`` for Redis."""
-    if not url or url.startswith("memory:"):
-        from orchard.env.store.memory import MemoryStore
-
-        return MemoryStore()
-    if url.startswith(("redis://", "rediss://", "unix://")):
-        from orchard.env.store.redis import RedisStore
-
-        return RedisStore(url)
-    raise ValueError(f"unknown store URL {url!r}; use memory:// or redis://host:port/db")
