@@ -2,6 +2,7 @@
 
 It shares the learner's process and devices, so a weight update is a pointer swap: the next
 ``generate`` uses the new parameters and nothing is recompiled (same architecture, same shapes).
+Completions report the version of the weights that sampled them (0 until the first update).
 
 With a tokenizer it also returns text (special tokens such as the end of turn left out, as vLLM
 does) and applies stop strings, while streaming: text is released
@@ -13,6 +14,7 @@ with the whole budget decoded in one chunk, so a stop string there costs the tok
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +23,8 @@ from jax.sharding import Mesh
 from orchard.data.tokenizer import Tokenizer
 from orchard.models import from_pretrained
 from orchard.models.transformer import Transformer
-from orchard.rollout.sampler import Completion, Sampler, SamplingParams, StreamDelta, collect
+from orchard.rollout.sampler import Sampler, collect
+from orchard.rollout.types import Completion, SamplingParams, StreamDelta, Weights
 
 
 @dataclass
@@ -51,6 +54,7 @@ class JaxEngine:
     def __init__(self, model: Transformer, tokenizer: Tokenizer | None = None) -> None:
         self.sampler = Sampler(model)
         self.tokenizer = tokenizer
+        self.weight_version = 0
 
     @classmethod
     def from_pretrained(cls, path: str, mesh: Mesh | None = None, tokenizer: Tokenizer | None = None,
@@ -58,7 +62,9 @@ class JaxEngine:
         return cls(from_pretrained(path, mesh=mesh, **overrides), tokenizer)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
-        return collect(self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens), len(prompts))
+        version = self.weight_version
+        completions = collect(self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens), len(prompts))
+        return [dataclasses.replace(c, weight_version=version) for c in completions]
 
     def stream(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
                chunk_tokens: int = 1) -> Iterator[StreamDelta]:
@@ -113,7 +119,7 @@ class JaxEngine:
         row.sent_tokens, row.sent_text = len(row.token_ids), max(row.sent_text, len(text))
         return out
 
-    def update_weights(self, model: Transformer) -> None:
-        if model.cfg != self.sampler.cfg:
-            raise ValueError("update_weights needs a model of the same architecture and dtype policy")
-        self.sampler.update(model)
+    def update_weights(self, weights: Weights) -> None:
+        """Serve ``weights.params`` from the next call on (same architecture; see ``Sampler.update``)."""
+        self.sampler.update(weights.params)
+        self.weight_version = weights.version

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -33,36 +32,7 @@ import numpy as np
 from flax import nnx
 
 from orchard.models.transformer import Transformer
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    max_tokens: int = 256
-    temperature: float = 1.0  # 0: greedy
-    top_p: float = 1.0
-    top_k: int = 0  # 0: off
-    stop_token_ids: tuple[int, ...] = ()
-    stop: tuple[str, ...] = ()  # stop strings: applied by engines that have a tokenizer
-    seed: int = 0
-    top_logprobs: int = 0  # also return the k most likely tokens of every step, with their logprobs
-
-    def __post_init__(self) -> None:
-        if (self.max_tokens < 1 or self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0
-                or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS):
-            raise ValueError(f"invalid sampling parameters: {self}")
-
-
-MAX_TOP_LOGPROBS = 20
-Alternatives = list[list[tuple[int, float]]]  # per token: the (token id, logprob) of the most likely ones
-
-
-@dataclass(frozen=True)
-class Completion:
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: Literal["stop", "length"]
-    text: str | None = None  # set by engines that have a tokenizer
-    alternatives: Alternatives | None = None  # with SamplingParams.top_logprobs
+from orchard.rollout.types import Completion, SamplingParams, StreamDelta
 
 
 def _top_k_top_p(scaled: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
@@ -168,18 +138,6 @@ def bucket(length: int, smallest: int = 16) -> int:
     return -(-length // step) * step
 
 
-@dataclass(frozen=True)
-class StreamDelta:
-    """New tokens for one row of the batch since the last delta."""
-
-    row: int
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: Literal["stop", "length"] | None  # set on the row's last delta
-    text: str | None = None  # set by engines that have a tokenizer
-    alternatives: Alternatives | None = None  # with SamplingParams.top_logprobs
-
-
 def collect(deltas: Iterable[StreamDelta], rows: int) -> list[Completion]:
     """Join each row's stream deltas into its completion."""
     parts: list[list[StreamDelta]] = [[] for _ in range(rows)]
@@ -202,9 +160,18 @@ class Sampler:
         self.graphdef, self.state = nnx.split(model)
         self.cfg = model.cfg
 
-    def update(self, model: Transformer) -> None:
-        """Take new weights (same architecture): the next call uses them, nothing recompiles."""
-        self.graphdef, self.state = nnx.split(model)
+    def update(self, params: nnx.State) -> None:
+        """Take new parameters of the same architecture (a trainer's ``nnx.split(model, nnx.Param)``):
+        the next call uses them and nothing recompiles. Parameters of another shape or dtype, or a
+        different set of them, are a ``ValueError``."""
+        def signature(state: nnx.State) -> tuple:
+            flat = nnx.to_flat_state(state)
+            return tuple((path, tuple(v.get_value().shape), str(v.get_value().dtype)) for path, v in flat)
+
+        if signature(params) != signature(self.state):
+            raise ValueError("update_weights needs parameters of the same architecture as the served model "
+                             "(the same names, shapes and dtypes)")
+        self.state = params
 
     def check(self, prompts: list[list[int]], params: SamplingParams) -> None:
         """Raise ``ValueError`` for a request this model cannot serve."""

@@ -28,12 +28,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from orchard.data.chat import ChatMLFormat, Qwen3Format, parse_assistant, smollm2_format
+from orchard.data.chat import ChatFormat, make_chat_format, parse_assistant
 from orchard.data.tokenizer import Tokenizer
 from orchard.models import from_pretrained
+from orchard.models.weights import ModelWeights
 from orchard.rollout.jax_engine import JaxEngine
 from orchard.rollout.openai_api import ChatRequest, CompletionRequest, error_body
-from orchard.rollout.sampler import Alternatives, SamplingParams, StreamDelta
+from orchard.rollout.types import Alternatives, SamplingParams, StreamDelta
 
 log = logging.getLogger(__name__)
 DEFAULT_CHAT_MAX_TOKENS = 1024
@@ -57,16 +58,17 @@ class ModelServer:
         ends = [self.tokenizer.eos_id, self.tokenizer.backend.token_to_id("<|endoftext|>")]
         self.end_ids = tuple(sorted({i for i in ends if i is not None}))
 
-    def chat_format(self, thinking: bool) -> ChatMLFormat:
+    def chat_format(self, thinking: bool) -> ChatFormat:
         family = self.engine.sampler.cfg.model_type
         if family.startswith("qwen"):
-            return Qwen3Format(self.tokenizer, thinking=thinking)
+            return make_chat_format("qwen3" if thinking else "qwen3_no_think", self.tokenizer)
         if self.tokenizer.backend.token_to_id("<|im_start|>") is not None:
-            return smollm2_format(self.tokenizer)
+            return make_chat_format("smollm2", self.tokenizer)
         raise APIError(f"no chat format for a {family!r} model with this tokenizer; use /v1/completions")
 
     def reload_weights(self) -> None:
-        self.engine.update_weights(from_pretrained(self.path, **self.overrides))
+        version = self.engine.weight_version + 1
+        self.engine.update_weights(ModelWeights.of(from_pretrained(self.path, **self.overrides), version))
 
     def sampling(self, request: ChatRequest | CompletionRequest, max_tokens: int) -> SamplingParams:
         try:

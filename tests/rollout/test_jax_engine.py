@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from orchard.models import from_pretrained
+from orchard.models.weights import ModelWeights
 from orchard.rollout.engine import RolloutEngine
 from orchard.rollout.jax_engine import JaxEngine
-from orchard.rollout.sampler import SamplingParams
+from orchard.rollout.types import SamplingParams
 
 FIXTURE = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "models", "llama")
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0)
@@ -25,17 +26,19 @@ def test_engine_generates_like_hf_and_takes_new_weights():
     updated = from_pretrained(FIXTURE, dtype="float32")
     embed = updated.model.embed_tokens.weight
     embed[...] = embed[...] * -1.0  # a different policy, same architecture
-    engine.update_weights(updated)
-    after = engine.generate([prompt], GREEDY)[0].token_ids
+    assert engine.generate([prompt], GREEDY)[0].weight_version == 0
+    engine.update_weights(ModelWeights.of(updated, version=7))  # parameters, not the model class
+    [completion] = engine.generate([prompt], GREEDY)
     fresh = JaxEngine(updated).generate([prompt], GREEDY)[0].token_ids
-    assert after == fresh and after != expected["greedy_5"].tolist()
+    assert completion.token_ids == fresh and fresh != expected["greedy_5"].tolist()
+    assert completion.weight_version == 7  # every completion says which weights sampled it
 
 
 def test_weights_of_another_architecture_are_refused():
     engine = JaxEngine.from_pretrained(FIXTURE, dtype="float32")
     other = from_pretrained(os.path.join(os.path.dirname(FIXTURE), "qwen3"), dtype="float32")
     with pytest.raises(ValueError, match="same architecture"):
-        engine.update_weights(other)
+        engine.update_weights(ModelWeights.of(other))
 
 
 def test_text_and_stop_strings_with_a_tokenizer():

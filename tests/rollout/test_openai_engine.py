@@ -10,10 +10,11 @@ import pytest
 
 from orchard.data.chat import Qwen3Format
 from orchard.data.tokenizer import Tokenizer
+from orchard.models.weights import ModelWeights
 from orchard.rollout.engine import RolloutEngine
 from orchard.rollout.jax_engine import JaxEngine
 from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
-from orchard.rollout.sampler import SamplingParams
+from orchard.rollout.types import SamplingParams
 from tests.rollout.conftest import tiny_qwen3
 
 PROMPTS = [[9707, 11, 1879, 0], [785, 6722, 315, 9625, 374, 12095, 13, 576]]
@@ -39,19 +40,20 @@ def test_weight_update_rewrites_the_directory_and_the_server_reloads(qwen3_serve
     before = engine.generate(PROMPTS, GREEDY)
     stamp = os.stat(os.path.join(qwen3_dir, "model.safetensors")).st_mtime_ns
     trained = tiny_qwen3(seed=1)
-    engine.update_weights(trained)
+    engine.update_weights(ModelWeights.of(trained, version=1))
     after = engine.generate(PROMPTS, GREEDY)
+    assert {c.weight_version for c in after} == {1}
     _same(after, JaxEngine(trained).generate(PROMPTS, GREEDY))
     assert [c.token_ids for c in after] != [c.token_ids for c in before]
     assert os.stat(os.path.join(qwen3_dir, "model.safetensors")).st_mtime_ns != stamp
     assert not [n for n in os.listdir(os.path.dirname(qwen3_dir)) if n.startswith(".orchard-weights-")]
-    engine.update_weights(tiny_qwen3(seed=0))  # leave the module's server as it was
+    engine.update_weights(ModelWeights.of(tiny_qwen3(seed=0), version=2))  # leave the module's server as it was
     _same(engine.generate(PROMPTS, GREEDY), before)
 
 
 def test_update_without_a_weight_sync_is_a_clear_error(qwen3_server):
     with pytest.raises(RuntimeError, match="weight_sync"):
-        OpenAIEngine(qwen3_server.url, qwen3_server.name).update_weights(tiny_qwen3(seed=0))
+        OpenAIEngine(qwen3_server.url, qwen3_server.name).update_weights(ModelWeights.of(tiny_qwen3(seed=0)))
 
 
 def test_qwen3_chat_prompt_carries_the_tools_and_the_thinking_switch(qwen3_server, qwen3_dir):

@@ -12,7 +12,8 @@ import pytest
 from orchard.models import from_pretrained
 from orchard.models.sharding import make_mesh
 from orchard.models.shipped import smollm2_gguf
-from orchard.rollout.sampler import Sampler, SamplingParams
+from orchard.rollout.sampler import Sampler
+from orchard.rollout.types import SamplingParams
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "models")
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0)

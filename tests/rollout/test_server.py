@@ -146,8 +146,8 @@ def scripted(qwen3_dir, monkeypatch):
     reasoning and tool calls is tested; everything after the sampler (detokenising, stop handling,
     parsing, the OpenAI wire format) is the real code.
     """
-    from orchard.rollout.sampler import StreamDelta
     from orchard.rollout.server import ModelServer, create_app
+    from orchard.rollout.types import StreamDelta
 
     server = ModelServer(qwen3_dir, name="scripted", dtype="float32")
     script = {"text": SCRIPTED_CALL}
