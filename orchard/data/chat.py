@@ -24,17 +24,23 @@ Departures from HF ``apply_chat_template``, which renders one string and tokenis
 Generated text is parsed into reasoning (``<think>...</think>``), content and tool calls
 (``<tool_call>{"name": ..., "arguments": ...}</tool_call>``). A malformed tool call is reported in
 ``errors``; parsing never raises.
+
+:class:`ChatFormat` is the contract the policy, the SFT data step and the RL rows use; configs name
+a format (``chat.format``) and :func:`make_chat_format` builds it: ``qwen3`` (and ``qwen3_no_think``),
+``chatml``, ``smollm2``.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from orchard.data.tokenizer import Tokenizer
+from orchard.data.trajectory import ToolCall
 
 Message = dict[str, Any]
 
@@ -53,19 +59,19 @@ class Rendered:
     sources: list[Source] = field(default_factory=list)
     open_tool_turn: bool = False  # Qwen3 groups consecutive tool results into one turn
     spans: list[tuple[str, int, int]] = field(default_factory=list)  # (role, first id, end) per appended message
+    # Per assistant turn rendered from sampled ids, in order: where its prompt ends (its first sampled id).
+    prompt_ends: list[int] = field(default_factory=list)
 
     def extend(self, ids: list[int], source: Source) -> None:
         self.token_ids.extend(ids)
         self.sources.extend([source] * len(ids))
 
+    def copy(self) -> Rendered:
+        return Rendered(list(self.token_ids), list(self.sources), self.open_tool_turn, list(self.spans),
+                        list(self.prompt_ends))
+
     def loss_mask(self) -> list[bool]:
         return [source is Source.ASSISTANT for source in self.sources]
-
-
-@dataclass
-class ToolCall:
-    name: str
-    arguments: dict[str, Any]
 
 
 @dataclass
@@ -98,11 +104,43 @@ def parse_assistant(text: str) -> ParsedAssistant:
                 arguments = json.loads(arguments)
             if not isinstance(name, str) or not isinstance(arguments, dict):
                 raise TypeError("name must be a string and arguments an object")
-            calls.append(ToolCall(name, arguments))
+            calls.append(ToolCall(name=name, arguments=arguments))
         except (ValueError, KeyError, TypeError) as exc:
             errors.append(f"malformed tool call {body[:200]!r}: {exc}")
     content = _TOOL_CALL.sub("", text).strip()
     return ParsedAssistant(content=content, reasoning=reasoning, tool_calls=calls, errors=errors)
+
+
+class ChatFormat(Protocol):
+    """Conversations to token ids, incrementally, each id with its :class:`Source`; and back."""
+
+    tokenizer: Tokenizer
+
+    @property
+    def end_of_turn_ids(self) -> tuple[int, ...]:
+        """Token ids that end an assistant turn: generation stops at them."""
+        ...
+
+    def render(self, messages: list[Message], tools: list[dict] | None = None,
+               add_generation_prompt: bool = False) -> Rendered:
+        """A whole conversation (with an open assistant turn if ``add_generation_prompt``)."""
+        ...
+
+    def start(self, tools: list[dict] | None = None, system: Message | None = None) -> Rendered:
+        """A new conversation that offers ``tools``; ``system`` is merged into the tools' system turn."""
+        ...
+
+    def append(self, rendered: Rendered, message: Message) -> Rendered:
+        """Add one turn to ``rendered`` (in place) and return it."""
+        ...
+
+    def generation_prompt(self, rendered: Rendered) -> Rendered:
+        """Open an assistant turn for the model to complete (in place)."""
+        ...
+
+    def parse(self, text: str) -> ParsedAssistant:
+        """Reasoning, content and tool calls of generated text; never raises."""
+        ...
 
 
 def _text(message: Message) -> str:
@@ -125,6 +163,14 @@ class ChatMLFormat:
         self.im_start = tokenizer.token_id("<|im_start|>")
         self.im_end = tokenizer.token_id("<|im_end|>")
         self.newline = tokenizer.encode("\n")
+
+    @property
+    def end_of_turn_ids(self) -> tuple[int, ...]:
+        ends = {self.im_end, self.tokenizer.eos_id, self.tokenizer.backend.token_to_id("<|endoftext|>")}
+        return tuple(sorted(i for i in ends if i is not None))
+
+    def parse(self, text: str) -> ParsedAssistant:
+        return parse_assistant(text)
 
     def render(self, messages: list[Message], tools: list[dict] | None = None,
                add_generation_prompt: bool = False) -> Rendered:
@@ -158,6 +204,7 @@ class ChatMLFormat:
         they are (never re-tokenised). A turn cut off before its end token is closed with one that is
         not trained on, so the model does not learn to stop there."""
         self.generation_prompt(rendered)
+        rendered.prompt_ends.append(len(rendered.token_ids))
         rendered.extend(list(token_ids), Source.ASSISTANT)
         if not token_ids or token_ids[-1] != self.im_end:
             rendered.extend([self.im_end], Source.TEMPLATE)
@@ -277,3 +324,20 @@ class Qwen3Format(ChatMLFormat):
             separator = "\n" if index or content else ""
             text += f'{separator}<tool_call>\n{{"name": "{call["name"]}", "arguments": {arguments}}}\n</tool_call>'
         return [(text, Source.ASSISTANT)]
+
+
+CHAT_FORMATS: dict[str, Callable[[Tokenizer], ChatMLFormat]] = {
+    "qwen3": Qwen3Format,
+    "qwen3_no_think": lambda tokenizer: Qwen3Format(tokenizer, thinking=False),
+    "chatml": ChatMLFormat,
+    "smollm2": smollm2_format,
+}
+
+
+def make_chat_format(name: str, tokenizer: Tokenizer) -> ChatFormat:
+    """The chat format a config names (:data:`CHAT_FORMATS`) over ``tokenizer``."""
+    try:
+        make = CHAT_FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown chat format {name!r}: one of {', '.join(CHAT_FORMATS)}") from None
+    return make(tokenizer)

@@ -9,18 +9,87 @@ what it is shown, at a smaller weight: tool output is where it sees names copied
 written (a departure from the paper, for ``configs/swe_bar.py:tiny``). An action left out of the
 rise segments stays at 0 whatever the weight. Recorded token ids are used where a trajectory has
 them; other turns are rendered with the chat format.
+
+Turns a policy sampled are checked against the prompt they were sampled under (its length and
+digest are on the assistant message): :func:`render_sampled` checks that each sampled turn's prefix
+in the rendered trajectory is that prompt, token for token, and :func:`sampled_turns` renders each
+turn's own prompt (through the policy's context ``view``, when its turns are not prefixes of each
+other) and checks it the same way. A mismatch is a :class:`PromptMismatch`: training on a context
+the policy did not see would teach the wrong thing silently.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from orchard.data.chat import ChatMLFormat
+from orchard.data.chat import ChatFormat, Rendered
 from orchard.data.rise import rise_segments
-from orchard.data.trajectory import Trajectory
+from orchard.data.trajectory import Message, Trajectory, token_digest
+
+ContextView = Callable[[Sequence[Message]], list[Message]]  # what a turn's prompt shows of the conversation
+
+
+class PromptMismatch(ValueError):
+    """A training row's prompt is not the prompt its tokens were sampled under."""
+
+
+def check_prompt(trajectory: Trajectory, turn: int, message: Message, prompt: Sequence[int],
+                 required: bool = False) -> None:
+    """Raise :class:`PromptMismatch` unless ``prompt`` is the one ``message`` was sampled under.
+
+    A message without a prompt record (sampled through a chat API that does not return prompt ids)
+    passes, unless ``required``."""
+    if message.prompt_digest is None:
+        if required:
+            raise PromptMismatch(f"trajectory {trajectory.id}, turn {turn}: sampled without a record of its prompt, "
+                                 "so its row cannot be checked (sample it with EnginePolicy, or record it)")
+        return
+    if len(prompt) != message.prompt_tokens or token_digest(prompt) != message.prompt_digest:
+        raise PromptMismatch(f"trajectory {trajectory.id}, turn {turn}: the row's prompt ({len(prompt)} tokens) is not "
+                             f"the {message.prompt_tokens} tokens the turn was sampled under; the chat format or "
+                             "the context view differs from the policy's")
+
+
+def _sampled(message: Message) -> bool:
+    return message.role == "assistant" and message.token_ids is not None
+
+
+def render_sampled(trajectory: Trajectory, chat_format: ChatFormat, messages: Sequence[Message] | None = None,
+                   require_prompts: bool = False) -> Rendered:
+    """``messages`` (default: the trajectory's) rendered whole, each sampled turn's prefix checked."""
+    messages = list(trajectory.messages if messages is None else messages)
+    rendered = chat_format.render([m.to_chat() for m in messages], tools=trajectory.tools)
+    sampled = [(turn, m) for turn, m in enumerate(m for m in messages if m.role == "assistant") if _sampled(m)]
+    for (turn, message), end in zip(sampled, rendered.prompt_ends, strict=True):
+        check_prompt(trajectory, turn, message, rendered.token_ids[:end], require_prompts)
+    return rendered
+
+
+@dataclass(frozen=True)
+class SampledTurn:
+    turn: int  # the action index
+    prompt: list[int]  # the ids the turn was sampled under (checked)
+    message: Message  # its sampled ids and logprobs
+
+
+def sampled_turns(trajectory: Trajectory, chat_format: ChatFormat, view: ContextView | None = None,
+                  require_prompts: bool = True) -> list[SampledTurn]:
+    """Each sampled assistant turn with the prompt it was sampled under, rendered through ``view``."""
+    turns, turn = [], 0
+    for index, message in enumerate(trajectory.messages):
+        if message.role != "assistant":
+            continue
+        if _sampled(message):
+            shown = trajectory.messages[:index] if view is None else view(trajectory.messages[:index])
+            prompt = chat_format.render([m.to_chat() for m in shown], tools=trajectory.tools,
+                                        add_generation_prompt=True).token_ids
+            check_prompt(trajectory, turn, message, prompt, require_prompts)
+            turns.append(SampledTurn(turn, prompt, message))
+        turn += 1
+    return turns
 
 
 @dataclass
@@ -45,12 +114,12 @@ def trained_actions(trajectory: Trajectory) -> set[int]:
     return {t for first, last in segments for t in range(first, last + 1)}
 
 
-def to_example(trajectory: Trajectory, chat_format: ChatMLFormat, observation_weight: float = 0.0) -> Example:
+def to_example(trajectory: Trajectory, chat_format: ChatFormat, observation_weight: float = 0.0) -> Example:
     """The example of one trajectory; ``observation_weight`` is the weight of every token that is
     not an assistant's (see the module docstring)."""
     if not 0.0 <= observation_weight <= 1.0:
         raise ValueError(f"observation_weight must be in [0, 1], not {observation_weight}")
-    rendered = chat_format.render([m.to_chat() for m in trajectory.messages], tools=trajectory.tools)
+    rendered = render_sampled(trajectory, chat_format)
     weights = [1.0 if taught else observation_weight for taught in rendered.loss_mask()]
     keep = trained_actions(trajectory)
     assistant_spans = [(start, end) for role, start, end in rendered.spans if role == "assistant"]
@@ -60,7 +129,7 @@ def to_example(trajectory: Trajectory, chat_format: ChatMLFormat, observation_we
     return Example(rendered.token_ids, weights)
 
 
-def write_examples(trajectories: Iterable[Trajectory], chat_format: ChatMLFormat, path: str,
+def write_examples(trajectories: Iterable[Trajectory], chat_format: ChatFormat, path: str,
                    observation_weight: float = 0.0) -> int:
     """Write the examples of ``trajectories`` as JSONL for :mod:`orchard.data.pipeline`; returns how
     many were written (an example with no trained token is skipped: it teaches nothing)."""

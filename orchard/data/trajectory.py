@@ -4,6 +4,16 @@ A :class:`Trajectory` holds the conversation (roles, tool calls, observations), 
 logprobs the policy sampled where they are known, the outcome, and optionally the teacher's
 per-step values and the rise segments computed from them (:mod:`orchard.data.rise`).
 
+An assistant message the policy sampled carries its ``token_ids`` and ``logprobs``, the version of
+the weights that sampled it, and the length and digest (:func:`token_digest`) of the prompt it was
+sampled under: training rows are checked against them token for token, so a row never trains on
+a context the policy did not see.
+
+:class:`EndReason` says how a run ended (``metadata["end_reason"]``); the harness core, the RL loop
+and the reports share it. Its :attr:`~EndReason.graded` tells whether the policy ended the run
+itself (submitted, or ran into a step, token or format limit), so that it is graded and trained
+on; a run cut by the wall clock or broken by the engine or sandbox is not (reward ``None``).
+
 Steps: step ``t`` is the ``t``-th assistant message (the action ``a_t``). ``values`` holds
 ``V(s_0) .. V(s_T)``, one more than there are actions: ``V(s_t)`` is the estimate before action
 ``t`` and ``V(s_{t+1})`` the one after it.
@@ -21,12 +31,14 @@ mini-swe-agent-1.1``) and plain OpenAI chat-completions message lists (:func:`lo
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -36,7 +48,41 @@ FORMAT = "orchard-trajectory-1"
 Status = Literal["completed", "truncated", "aborted", "timed_out"]
 
 
+class EndReason(StrEnum):
+    """Why a run ended; each reason implies the run's :data:`Status`."""
+
+    SUBMITTED = "submitted"  # the harness saw a submission
+    STEP_LIMIT = "step_limit"  # max_steps turns without a submission
+    TOKEN_LIMIT = "token_limit"  # the conversation reached the context budget
+    FORMAT_ERRORS = "format_errors"  # max_format_errors consecutive turns the harness could not parse
+    TIME_LIMIT = "time_limit"  # the wall clock ran out
+    POLICY_ERROR = "policy_error"  # the engine or model server failed
+    SANDBOX_ERROR = "sandbox_error"  # the sandbox, its set-up or the grader failed
+
+    @property
+    def status(self) -> Status:
+        return _STATUS[self]
+
+    @property
+    def graded(self) -> bool:
+        """The policy ended the run itself: grade it, and train on it."""
+        return _STATUS[self] in ("completed", "truncated")
+
+
+_STATUS: dict[EndReason, Status] = {
+    EndReason.SUBMITTED: "completed", EndReason.STEP_LIMIT: "truncated", EndReason.TOKEN_LIMIT: "truncated",
+    EndReason.FORMAT_ERRORS: "truncated", EndReason.TIME_LIMIT: "timed_out", EndReason.POLICY_ERROR: "aborted",
+    EndReason.SANDBOX_ERROR: "aborted"}
+
+
+def token_digest(token_ids: Sequence[int]) -> str:
+    """A digest of a token-id sequence: two sequences share it only if they are equal, id for id."""
+    return hashlib.blake2b(json.dumps(list(token_ids), separators=(",", ":")).encode(), digest_size=16).hexdigest()
+
+
 class ToolCall(BaseModel):
+    """One call of a tool: what a model asked for, and what a harness runs. The project's one type of it."""
+
     model_config = ConfigDict(extra="forbid")
 
     id: str | None = None
@@ -54,13 +100,19 @@ class Message(BaseModel):
     tool_call_id: str | None = None  # on tool messages: the call this observation answers
     token_ids: list[int] | None = None  # assistant: the ids the policy sampled after the generation prompt
     logprobs: list[float] | None = None
+    prompt_tokens: int | None = None  # assistant: the length of the prompt it was sampled under
+    prompt_digest: str | None = None  # assistant: token_digest() of that prompt
+    weight_version: int | None = None  # assistant: the version of the weights that sampled it
 
     @model_validator(mode="after")
     def _aligned(self) -> Message:
         if self.logprobs is not None and (self.token_ids is None or len(self.logprobs) != len(self.token_ids)):
             raise ValueError("logprobs need token_ids of the same length")
-        if self.token_ids is not None and self.role != "assistant":
-            raise ValueError("only assistant messages carry sampled token ids")
+        sampled = (self.token_ids, self.prompt_tokens, self.prompt_digest, self.weight_version)
+        if self.role != "assistant" and any(field is not None for field in sampled):
+            raise ValueError("only assistant messages carry what the policy sampled")
+        if (self.prompt_tokens is None) != (self.prompt_digest is None):
+            raise ValueError("prompt_tokens and prompt_digest go together")
         return self
 
     def to_chat(self) -> dict[str, Any]:
@@ -77,9 +129,12 @@ class Message(BaseModel):
 
 
 class Outcome(BaseModel):
+    """How an episode went: ``reward`` for training (``None``: the episode says nothing of the policy,
+    and the sample is dropped), ``resolved`` for evaluation, and the run's status."""
+
     model_config = ConfigDict(extra="forbid")
 
-    reward: float = 0.0
+    reward: float | None = None
     resolved: bool = False
     status: Status = "completed"
 
@@ -102,6 +157,12 @@ class Trajectory(BaseModel):
     @property
     def num_actions(self) -> int:
         return sum(message.role == "assistant" for message in self.messages)
+
+    @property
+    def end_reason(self) -> EndReason | None:
+        """Why the run ended, when the harness that ran it recorded it (foreign formats do not)."""
+        reason = self.metadata.get("end_reason")
+        return EndReason(reason) if reason is not None else None
 
     @model_validator(mode="after")
     def _steps(self) -> Trajectory:

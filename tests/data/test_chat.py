@@ -168,3 +168,17 @@ def test_a_trained_bpe_encodes_any_text_and_keeps_specials_out_of_it(tmp_path):
     tokenizer.save_pretrained(str(tmp_path))
     loaded = Tokenizer.from_pretrained(str(tmp_path))
     assert loaded.encode(corpus[0]) == tokenizer.encode(corpus[0]) and loaded.eos_token == "<|im_end|>"
+
+
+def test_a_config_names_the_chat_format(qwen3_tokenizer):
+    from orchard.data.chat import CHAT_FORMATS, ChatMLFormat, make_chat_format
+
+    tokenizer = qwen3_tokenizer
+    assert isinstance(make_chat_format("qwen3", tokenizer), Qwen3Format) and make_chat_format("qwen3", tokenizer).thinking
+    assert not make_chat_format("qwen3_no_think", tokenizer).thinking
+    assert type(make_chat_format("chatml", tokenizer)) is ChatMLFormat
+    assert set(CHAT_FORMATS) == {"qwen3", "qwen3_no_think", "chatml", "smollm2"}
+    with pytest.raises(ValueError, match="unknown chat format 'llama3': one of qwen3"):
+        make_chat_format("llama3", tokenizer)
+    ends = make_chat_format("qwen3", tokenizer).end_of_turn_ids
+    assert tokenizer.token_id("<|im_end|>") in ends and tokenizer.token_id("<|endoftext|>") in ends
