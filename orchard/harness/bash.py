@@ -25,9 +25,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchard.data.trajectory import Message, Trajectory
+from orchard.data.trajectory import Message, ToolCall, Trajectory
 from orchard.env.client import AsyncSandbox
-from orchard.harness.core import Action, FormatError, Limits, Observation, Policy, Turn, run_agent
+from orchard.harness.core import FormatError, Limits, Observation, Policy, Turn, run_agent
 from orchard.harness.shell import AGENT_ENV, run_shell
 
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -136,7 +136,7 @@ class BashHarness:
         return self.task_template.format(task=task, cwd=self.cwd, timeout=self.command_timeout,
                                          submit=SUBMIT_COMMAND)
 
-    def parse(self, turn: Turn) -> list[Action]:
+    def parse(self, turn: Turn) -> list[ToolCall]:
         if turn.message.tool_calls:
             raise FormatError(FORMAT_ERROR.format(found="a tool call instead (there are no tools here)",
                                                   submit=SUBMIT_COMMAND))
@@ -146,10 +146,10 @@ class BashHarness:
         command = blocks[0].strip()
         if not command:
             raise FormatError(FORMAT_ERROR.format(found="an empty one", submit=SUBMIT_COMMAND))
-        return [Action("bash", {"command": command})]
+        return [ToolCall(name="bash", arguments={"command": command})]
 
-    async def execute(self, action: Action, sandbox: AsyncSandbox) -> Observation:
-        result = await run_shell(sandbox, action.arguments["command"], cwd=self.cwd, timeout=self.command_timeout,
+    async def execute(self, call: ToolCall, sandbox: AsyncSandbox) -> Observation:
+        result = await run_shell(sandbox, call.arguments["command"], cwd=self.cwd, timeout=self.command_timeout,
                                  env=self.env)
         if result.timed_out:
             text = TIMEOUT_TEMPLATE.format(timeout=self.command_timeout, output=self.clip(result.output))

@@ -28,9 +28,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchard.data.trajectory import Message, Trajectory
+from orchard.data.trajectory import Message, ToolCall, Trajectory
 from orchard.env.client import AsyncSandbox
-from orchard.harness.core import Action, FormatError, Limits, Observation, Policy, Turn, run_agent
+from orchard.harness.core import FormatError, Limits, Observation, Policy, Turn, run_agent
 from orchard.harness.editor import COMMANDS, ToolError, str_replace_editor
 from orchard.harness.shell import AGENT_ENV, clip_middle, run_shell
 
@@ -191,7 +191,7 @@ class CodeActHarness:
     def task_prompt(self, task: str) -> str:
         return self.task_template.format(task=task, cwd=self.cwd)
 
-    def parse(self, turn: Turn) -> list[Action]:
+    def parse(self, turn: Turn) -> list[ToolCall]:
         if turn.errors:
             raise FormatError("ERROR: your tool call could not be parsed: " + "; ".join(turn.errors))
         calls = turn.message.tool_calls
@@ -201,7 +201,6 @@ class CodeActHarness:
         if not calls:
             raise FormatError(NO_TOOL_CALL)
         schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in self.tools or []}
-        actions = []
         for call in calls:
             if call.name not in schemas:
                 raise FormatError(f"ERROR: there is no tool named {call.name!r}. The tools are: "
@@ -212,17 +211,16 @@ class CodeActHarness:
                 check_arguments(schemas[call.name], call.arguments)
             except FormatError as exc:
                 raise FormatError(f"ERROR: invalid arguments for {call.name}: {exc}") from None
-            actions.append(Action(call.name, dict(call.arguments), call.id))
-        return actions
+        return list(calls)
 
-    async def execute(self, action: Action, sandbox: AsyncSandbox) -> Observation:
-        return await self._run_tool[action.name](action, sandbox)
+    async def execute(self, call: ToolCall, sandbox: AsyncSandbox) -> Observation:
+        return await self._run_tool[call.name](call, sandbox)
 
-    async def _bash(self, action: Action, sandbox: AsyncSandbox) -> Observation:
-        timeout = min(float(action.arguments.get("timeout") or self.command_timeout), self.max_command_timeout)
+    async def _bash(self, call: ToolCall, sandbox: AsyncSandbox) -> Observation:
+        timeout = min(float(call.arguments.get("timeout") or self.command_timeout), self.max_command_timeout)
         if timeout <= 0:
             timeout = self.command_timeout
-        result = await run_shell(sandbox, action.arguments["command"], cwd=self.cwd, timeout=timeout, env=self.env)
+        result = await run_shell(sandbox, call.arguments["command"], cwd=self.cwd, timeout=timeout, env=self.env)
         note = ("<response clipped><NOTE>The output was too long; only its beginning and end are shown.</NOTE>")
         output = clip_middle(result.output, self.output_limit, f"\n{note}\n")
         if output and not output.endswith("\n"):
@@ -231,19 +229,19 @@ class CodeActHarness:
             output += f"[The command timed out after {timeout:g} seconds and was killed.]"
         else:
             output += f"[The command completed with exit code {result.exit_code}.]"
-        return Observation(_tool_message(action, output))
+        return Observation(_tool_message(call, output))
 
-    async def _edit(self, action: Action, sandbox: AsyncSandbox) -> Observation:
+    async def _edit(self, call: ToolCall, sandbox: AsyncSandbox) -> Observation:
         try:
-            text = await str_replace_editor(sandbox, **action.arguments)
+            text = await str_replace_editor(sandbox, **call.arguments)
         except ToolError as exc:
             text = f"ERROR:\n{exc}"
-        return Observation(_tool_message(action, text))
+        return Observation(_tool_message(call, text))
 
-    async def _finish(self, action: Action, sandbox: AsyncSandbox) -> Observation:
+    async def _finish(self, call: ToolCall, sandbox: AsyncSandbox) -> Observation:
         diff = await sandbox.exec(["bash", "-c", diff_command(self.cwd)], timeout=self.max_command_timeout,
                                   max_output_bytes=64 << 20)
-        info: dict[str, Any] = {"finish_message": action.arguments.get("message", "")}
+        info: dict[str, Any] = {"finish_message": call.arguments.get("message", "")}
         if not diff.ok:
             info["diff_error"] = (diff.stderr or diff.stdout).strip()[-2000:] or f"exit code {diff.exit_code}"
         return Observation(None, submission=diff.stdout if diff.ok else "", metadata=info)
@@ -261,5 +259,5 @@ class CodeActHarness:
         return await run_agent(self, policy, sandbox, task, limits=limits, **options)
 
 
-def _tool_message(action: Action, text: str) -> Message:
-    return Message(role="tool", content=text, tool_call_id=action.call_id)
+def _tool_message(call: ToolCall, text: str) -> Message:
+    return Message(role="tool", content=text, tool_call_id=call.id)

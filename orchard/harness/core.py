@@ -19,8 +19,9 @@ timed_out     the wall clock (``time_limit``) ran out; a command still running i
               makes the sandbox kill its process group
 ============  =====================================================================================
 
-``metadata["end_reason"]`` is the finer cause: ``submitted``, ``step_limit``, ``token_limit``,
-``format_errors``, ``policy_error``, ``sandbox_error`` or ``time_limit``.
+``metadata["end_reason"]`` is the finer cause, an :class:`~orchard.data.trajectory.EndReason`:
+``submitted``, ``step_limit``, ``token_limit``, ``format_errors``, ``policy_error``,
+``sandbox_error`` or ``time_limit``.
 
 Design choices:
 
@@ -31,6 +32,8 @@ Design choices:
   (mini-swe-agent answers format errors until its step limit): the run is the policy's failure and
   a usable negative for RL (:mod:`orchard.train.bar` takes completed and truncated runs), where
   ``aborted`` means a failure outside the policy.
+- **Actions are tool calls** (:class:`~orchard.data.trajectory.ToolCall`): a harness parses a turn
+  into the calls it will run, whether the model wrote them as tool calls or in a text syntax.
 - **The token limit is a context budget**: the length of the latest prompt plus its completion, as
   the policy reports it. A turn that reaches it ends the run unexecuted (it was most likely cut
   off); a policy that knows the prompt length in advance (:class:`~orchard.harness.policies.EnginePolicy`)
@@ -54,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from orchard.data.trajectory import Message, Outcome, Status, Trajectory
+from orchard.data.trajectory import EndReason, Message, Outcome, ToolCall, Trajectory
 from orchard.env.client import AsyncSandbox, OrchardError
 
 
@@ -90,15 +93,6 @@ class FormatError(Exception):
 
 class ContextLimitExceeded(Exception):
     """Raised by a policy when the next prompt alone leaves no room under the token budget."""
-
-
-@dataclass(frozen=True)
-class Action:
-    """One thing to do in the sandbox: a tool name, its arguments, and the tool call it answers."""
-
-    name: str
-    arguments: dict[str, Any]
-    call_id: str | None = None
 
 
 @dataclass
@@ -168,11 +162,11 @@ class Harness(Protocol):
         """The first user message."""
         ...
 
-    def parse(self, turn: Turn) -> list[Action]:
+    def parse(self, turn: Turn) -> list[ToolCall]:
         """The turn's actions, in order; raise :class:`FormatError` if there are none to run."""
         ...
 
-    async def execute(self, action: Action, sandbox: AsyncSandbox) -> Observation:
+    async def execute(self, call: ToolCall, sandbox: AsyncSandbox) -> Observation:
         """Run one action. Sandbox failures raise :class:`~orchard.env.client.OrchardError`."""
         ...
 
@@ -193,14 +187,13 @@ class _Run:
     context_tokens: int | None = None
     policy_s: float = 0.0
     env_s: float = 0.0
-    status: Status = "aborted"
-    end_reason: str = "unfinished"
+    end_reason: EndReason | None = None
     error: str | None = None
     submission: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def end(self, status: Status, reason: str, error: str | None = None) -> None:
-        self.status, self.end_reason, self.error = status, reason, error
+    def end(self, reason: EndReason, error: str | None = None) -> None:
+        self.end_reason, self.error = reason, error
 
 
 async def run_agent(harness: Harness, policy: Policy, sandbox: AsyncSandbox, task: str, *,
@@ -226,7 +219,7 @@ async def run_agent(harness: Harness, policy: Policy, sandbox: AsyncSandbox, tas
     except TimeoutError:
         if not deadline.expired():
             raise
-        run.end("timed_out", "time_limit", f"the run took longer than {limits.time_limit} s")
+        run.end(EndReason.TIME_LIMIT, f"the run took longer than {limits.time_limit} s")
     info = {
         "steps": run.steps, "format_errors": run.format_errors, "end_reason": run.end_reason,
         "submission": run.submission, "prompt_tokens": run.prompt_tokens,
@@ -238,7 +231,7 @@ async def run_agent(harness: Harness, policy: Policy, sandbox: AsyncSandbox, tas
     if run.error is not None:
         info["error"] = run.error
     return Trajectory(task_id=task_id, harness=harness.name, policy=policy.name, messages=conversation.messages,
-                      tools=harness.tools, outcome=Outcome(status=run.status), metadata=info)
+                      tools=harness.tools, outcome=Outcome(status=run.end_reason.status), metadata=info)
 
 
 async def _loop(harness: Harness, policy: Policy, sandbox: AsyncSandbox, conversation: Conversation,
@@ -246,14 +239,14 @@ async def _loop(harness: Harness, policy: Policy, sandbox: AsyncSandbox, convers
     messages = conversation.messages
     while True:
         if run.steps >= limits.max_steps:
-            return run.end("truncated", "step_limit")
+            return run.end(EndReason.STEP_LIMIT)
         clock = time.monotonic()
         try:
             turn = await policy.act(conversation, max_context=limits.max_tokens)
         except ContextLimitExceeded as exc:
-            return run.end("truncated", "token_limit", str(exc))
+            return run.end(EndReason.TOKEN_LIMIT, str(exc))
         except Exception as exc:  # the engine or server failed: this episode is lost, the job is not
-            return run.end("aborted", "policy_error", f"{type(exc).__name__}: {exc}")
+            return run.end(EndReason.POLICY_ERROR, f"{type(exc).__name__}: {exc}")
         finally:
             run.policy_s += time.monotonic() - clock
         run.steps += 1
@@ -262,25 +255,25 @@ async def _loop(harness: Harness, policy: Policy, sandbox: AsyncSandbox, convers
         run.completion_tokens += turn.completion_tokens or 0
         run.context_tokens = turn.context_tokens
         if limits.max_tokens is not None and (turn.context_tokens or 0) >= limits.max_tokens:
-            return run.end("truncated", "token_limit")
+            return run.end(EndReason.TOKEN_LIMIT)
 
         try:
-            actions = harness.parse(turn)
+            calls = harness.parse(turn)
         except FormatError as error:
             run.format_errors += 1
             run.consecutive_errors += 1
             messages.extend(harness.reject(turn, error))
             if run.consecutive_errors >= limits.max_format_errors:
-                return run.end("truncated", "format_errors", str(error))
+                return run.end(EndReason.FORMAT_ERRORS, str(error))
             continue
         run.consecutive_errors = 0
 
-        for action in actions:
+        for call in calls:
             clock = time.monotonic()
             try:
-                observation = await harness.execute(action, sandbox)
+                observation = await harness.execute(call, sandbox)
             except OrchardError as exc:
-                return run.end("aborted", "sandbox_error", f"{type(exc).__name__}: {exc}")
+                return run.end(EndReason.SANDBOX_ERROR, f"{type(exc).__name__}: {exc}")
             finally:
                 run.env_s += time.monotonic() - clock
             run.extra.update(observation.metadata)
@@ -288,4 +281,4 @@ async def _loop(harness: Harness, policy: Policy, sandbox: AsyncSandbox, convers
                 messages.append(observation.message)
             if observation.submission is not None:
                 run.submission = observation.submission
-                return run.end("completed", "submitted")
+                return run.end(EndReason.SUBMITTED)

@@ -1,10 +1,25 @@
-"""``run_episode``: one sandbox, one run of a harness in it, and the sandbox always deleted.
+"""Episodes of any :class:`~orchard.harness.task.Task`: one sandbox each, always deleted.
 
-The sequence is create the sandbox, ``setup(sandbox)``, run the agent
-(:func:`~orchard.harness.core.run_agent`), ``grade(sandbox, trajectory)``, delete. The delete is
-in a ``finally``: it happens after a success, after any exception (from setup, the agent, the
-grader) and after cancellation, and the exception then propagates unchanged. The delete itself
-runs as a shielded task, so cancelling the caller again while it is in flight cannot stop it.
+:func:`run_episode` is one: create a sandbox of the task family's spec, ``task.setup``, the agent
+loop (:func:`~orchard.harness.core.run_agent`), ``task.grade``, delete. The task is graded only
+when the policy ended the episode itself (it submitted, or ran into a step, token or format
+limit); an episode cut by the wall clock, or broken by the engine or the sandbox, says nothing of
+the policy and gets reward ``None`` without a grader run (the paper excludes time-outs from
+training). The delete is in a ``finally``: it happens after a success, after any exception (from
+setup, the agent, the grader) and after cancellation, which then propagate unchanged. The delete
+itself runs as a shielded task, so cancelling the caller again while it is in flight cannot stop
+it.
+
+:class:`EpisodeRunner` runs many, at most ``concurrency`` sandboxes at a time, and never raises:
+an episode whose sandbox, set-up or grader failed, or that outran ``episode_seconds`` (the whole
+episode's budget: set-up, agent and grading), comes back as an ``aborted`` trajectory with reward
+``None`` and the error in its metadata. RL, collection and evaluation all run their episodes here.
+
+With a :class:`SetupCache`, a task whose family says its set-up is only files
+(``TaskFamily.setup_in_files``) is set up once, in a sandbox that is snapshotted and deleted, and
+every episode of it starts from a copy of that snapshot: on the local backend that is 0.07 s where
+a fresh sandbox and the SWE set-up take 0.23 s. Where the backend has no snapshots (Kubernetes),
+every episode sets up its own sandbox.
 
 The one gap no client can close is a creation interrupted in flight (the server may finish
 creating a sandbox whose id never reached us). Such a sandbox receives no heartbeats, so the
@@ -18,41 +33,50 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import time
 from typing import Any
 
-from orchard.data.trajectory import Outcome, Trajectory
-from orchard.env.client import AsyncSandbox, AsyncSandboxClient
+from orchard.data.trajectory import EndReason, Outcome, Trajectory
+from orchard.env.client import AsyncSandbox, AsyncSandboxClient, OrchardError, Unsupported
 from orchard.harness.core import Harness, Limits, Policy, run_agent
+from orchard.harness.task import Task
 
 log = logging.getLogger(__name__)
-DEFAULT_SANDBOX: dict[str, Any] = {"cpu": 1.0, "memory": "2Gi", "ttl": 300.0}
-
-Setup = Callable[[AsyncSandbox], Awaitable[None]]
-Grade = Callable[[AsyncSandbox, Trajectory], Awaitable[Outcome]]
 
 _deleting: set[asyncio.Task] = set()  # strong references, so a pending delete is never garbage-collected
 
 
-async def run_episode(client: AsyncSandboxClient, harness: Harness, policy: Policy, task: str, *,
-                      task_id: str = "task", limits: Limits = Limits(), setup: Setup | None = None,
-                      grade: Grade | None = None, sandbox_spec: Mapping[str, Any] | None = None,
-                      seed: int | None = None, metadata: dict[str, Any] | None = None) -> Trajectory:
-    """Create a sandbox (``sandbox_spec``: :class:`~orchard.env.api.SandboxSpec` fields over
-    :data:`DEFAULT_SANDBOX`), set it up, run ``harness`` with ``policy`` on ``task``, grade, and
-    delete the sandbox whatever happens.
+async def run_episode(client: AsyncSandboxClient, harness: Harness, policy: Policy, task: Task, *,
+                      limits: Limits | None = None, seed: int | None = None, metadata: dict[str, Any] | None = None,
+                      setups: SetupCache | None = None) -> Trajectory:
+    """Run ``task`` once with ``harness`` and ``policy`` in a fresh sandbox (see the module docstring).
 
-    ``grade``'s outcome replaces the trajectory's, except its status, which stays the run's.
+    ``limits`` replace the family's; ``seed`` (default: random) is the episode's; ``setups`` forks
+    the sandbox from the task's set-up snapshot. The grader's outcome replaces the trajectory's,
+    except its status, which stays the run's. ``metadata["episode_timing"]`` has the seconds spent
+    creating the sandbox, setting it up and grading.
     """
-    box = await client.create(**{**DEFAULT_SANDBOX, **(sandbox_spec or {})})
+    clock = time.monotonic()
+    if setups is not None:
+        box, ready = await setups.sandbox(task)
+    else:
+        box, ready = await client.create(**task.family.sandbox), False
+    timing = {"create_s": time.monotonic() - clock}
     try:
-        if setup is not None:
-            await setup(box)
-        trajectory = await run_agent(harness, policy, box, task, limits=limits, task_id=task_id, seed=seed,
-                                     metadata=metadata)
-        if grade is not None:
-            outcome = await grade(box, trajectory)
-            trajectory.outcome = outcome.model_copy(update={"status": trajectory.outcome.status})
+        clock = time.monotonic()
+        if not ready:
+            await task.setup(box)
+        timing["setup_s"] = time.monotonic() - clock
+        trajectory = await run_agent(harness, policy, box, task.prompt, limits=limits or task.family.limits,
+                                     task_id=task.id, seed=seed, metadata=metadata)
+        clock = time.monotonic()
+        if trajectory.end_reason.graded:
+            outcome = await task.grade(box, trajectory)
+        else:
+            outcome = Outcome(reward=None, resolved=False)
+        timing["grade_s"] = time.monotonic() - clock
+        trajectory.outcome = outcome.model_copy(update={"status": trajectory.outcome.status})
+        trajectory.metadata["episode_timing"] = timing
         return trajectory
     finally:
         await _delete(box)
@@ -69,3 +93,101 @@ async def _delete(box: AsyncSandbox) -> None:
     except Exception as exc:
         log.warning("could not delete sandbox %s (%s); its ttl of %.0f s will reclaim it",
                     box.id, exc, box.info.spec.ttl)
+
+
+class SetupCache:
+    """Each task's set-up done once and kept as a snapshot, forked for every episode of it.
+
+    Only tasks whose family has ``setup_in_files`` are cached; the others, and every task on a
+    backend without snapshots, are set up in each episode's own sandbox. :meth:`close` deletes the
+    snapshots (use ``async with``)."""
+
+    def __init__(self, client: AsyncSandboxClient) -> None:
+        self.client = client
+        self.snapshots: dict[tuple[str, str], str] = {}
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.supported = True
+
+    async def sandbox(self, task: Task) -> tuple[AsyncSandbox, bool]:
+        """A sandbox for an episode of ``task`` and whether it is set up: a copy of the task's set-up
+        snapshot (made on first use), or a fresh sandbox for the caller to set up."""
+        spec = task.family.sandbox
+        if task.family.setup_in_files and self.supported:
+            key = (task.family.name, task.id)
+            async with self._locks.setdefault(key, asyncio.Lock()):
+                if key not in self.snapshots and self.supported:
+                    await self._snapshot(key, task)
+            if key in self.snapshots:
+                return await self.client.create(from_snapshot=self.snapshots[key], **spec), True
+        return await self.client.create(**spec), False
+
+    async def _snapshot(self, key: tuple[str, str], task: Task) -> None:
+        template = await self.client.create(**task.family.sandbox)
+        try:
+            await task.setup(template)
+            self.snapshots[key] = (await template.snapshot()).id
+        except Unsupported:
+            log.info("the backend keeps no snapshots: every episode sets up its own sandbox")
+            self.supported = False
+        finally:
+            await _delete(template)
+
+    async def close(self) -> None:
+        for snapshot in self.snapshots.values():
+            try:
+                await self.client.delete_snapshot(snapshot)
+            except OrchardError as exc:
+                log.warning("could not delete set-up snapshot %s: %s", snapshot, exc)
+        self.snapshots.clear()
+
+    async def __aenter__(self) -> SetupCache:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def failed_episode(task: Task, harness: Harness, policy: Policy, seed: int, error: BaseException,
+                   metadata: dict[str, Any] | None = None) -> Trajectory:
+    """The trajectory of an episode that broke outside the policy: aborted, reward ``None``."""
+    return Trajectory(task_id=task.id, policy=policy.name, harness=harness.name, messages=[],
+                      outcome=Outcome(reward=None, status="aborted"),
+                      metadata={**(metadata or {}), "end_reason": EndReason.SANDBOX_ERROR, "seed": seed,
+                                "error": f"{type(error).__name__}: {error}"})
+
+
+class EpisodeRunner:
+    """Graded episodes, at most ``concurrency`` sandboxes at a time.
+
+    ``harness`` and ``policy`` are the defaults of every episode (each call may name others);
+    ``limits`` (default: each task family's) bound the agent loop; ``episode_seconds`` bounds a
+    whole episode, set-up and grading included (``None``: no bound); ``setups`` forks episodes from
+    their tasks' set-up snapshots. :meth:`run_one` never raises
+    for one episode's failure (see the module docstring); cancellation still propagates.
+    """
+
+    def __init__(self, client: AsyncSandboxClient, harness: Harness | None = None, policy: Policy | None = None, *,
+                 concurrency: int = 4, limits: Limits | None = None, episode_seconds: float | None = None,
+                 setups: SetupCache | None = None) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if episode_seconds is not None and not episode_seconds > 0:
+            raise ValueError(f"episode_seconds must be positive or None, got {episode_seconds}")
+        self.client, self.harness, self.policy, self.limits = client, harness, policy, limits
+        self.gate = asyncio.Semaphore(concurrency)
+        self.episode_seconds, self.setups = episode_seconds, setups
+
+    async def run_one(self, task: Task, seed: int, *, harness: Harness | None = None, policy: Policy | None = None,
+                      metadata: dict[str, Any] | None = None) -> Trajectory:
+        """One graded episode of ``task`` with episode seed ``seed``."""
+        harness, policy = harness or self.harness, policy or self.policy
+        if harness is None or policy is None:
+            raise ValueError("an episode needs a harness and a policy: give them to the runner or to run_one")
+        async with self.gate:
+            try:
+                async with asyncio.timeout(self.episode_seconds):
+                    return await run_episode(self.client, harness, policy, task, limits=self.limits, seed=seed,
+                                             metadata=metadata, setups=self.setups)
+            except Exception as exc:  # TimeoutError included: the sandbox or the grader, not the policy
+                log.warning("episode %s/%d failed: %s: %s", task.id, seed, type(exc).__name__, exc)
+                return failed_episode(task, harness, policy, seed, exc, metadata)

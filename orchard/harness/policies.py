@@ -1,18 +1,22 @@
 """Policies: what writes the assistant turns of a run.
 
 - :class:`EnginePolicy` drives a :class:`~orchard.rollout.engine.RolloutEngine` with token ids. It
-  renders the conversation incrementally with a chat format (each turn is tokenised once and
-  cached in the episode's :class:`~orchard.harness.core.Conversation`), samples, and keeps the
-  sampled ids and their logprobs on the assistant message, so the next prompt is built from the ids
-  the model produced and training never re-tokenises them. It parses the text itself
-  (:func:`~orchard.data.chat.parse_assistant`): ``<think>`` reasoning always, ``<tool_call>``
-  blocks only when the harness offers tools.
+  renders the conversation incrementally with a :class:`~orchard.data.chat.ChatFormat` (each turn
+  is tokenised once and cached in the episode's :class:`~orchard.harness.core.Conversation`),
+  samples, and keeps on the assistant message the sampled ids and their logprobs, the weight
+  version that sampled them, and the length and digest of the prompt, so the next prompt is built
+  from the ids the model produced, training never re-tokenises them, and every training row can
+  be checked against the prompt its tokens were sampled under. It parses the text with the
+  format's parser: ``<think>`` reasoning always, tool calls only when the harness offers tools.
 - :class:`OpenAIChatPolicy` talks to any OpenAI-compatible ``/v1/chat/completions`` endpoint
-  (vLLM, ``orchard serve``, hosted APIs) with httpx. The server renders the chat and parses tool
-  calls; sampled ids and logprobs are recorded when the server returns them (vLLM's
-  ``return_token_ids`` extension, ``logprobs: true``), which hosted APIs do not.
+  (vLLM, ``orchard serve``, hosted APIs) through :class:`~orchard.rollout.openai_client.OpenAIClient`.
+  The server renders the chat and parses tool calls; sampled ids and logprobs are recorded when the
+  server returns them (vLLM's ``return_token_ids`` extension, ``logprobs: true``), which hosted APIs
+  do not.
 
-Both are stateless across episodes, so one instance can serve many concurrent runs.
+Both are stateless across episodes, so one instance can serve many concurrent runs. Each turn's
+sampling seed is :func:`~orchard.harness.seeds.turn_seed` of the policy's seed, the episode's and
+the turn number.
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from typing import Any
 
 import httpx
 
-from orchard.data.chat import ChatMLFormat, parse_assistant
-from orchard.data.trajectory import Message, ToolCall
+from orchard.data.chat import ChatFormat
+from orchard.data.examples import ContextView
+from orchard.data.trajectory import Message, ToolCall, token_digest
 from orchard.harness.core import ContextLimitExceeded, Conversation, Turn
+from orchard.harness.seeds import turn_seed
 from orchard.rollout.engine import RolloutEngine
-from orchard.rollout.sampler import SamplingParams
+from orchard.rollout.openai_client import OpenAIClient, OpenAIError, RetryPolicy
+from orchard.rollout.types import SamplingParams
 
 
 class PolicyError(RuntimeError):
@@ -38,27 +45,29 @@ class PolicyError(RuntimeError):
 
 
 class EnginePolicy:
-    """A policy over a rollout engine, a chat format and its tokenizer.
+    """A policy over a rollout engine and a chat format (with its tokenizer).
 
     ``sampling`` is the per-turn sampling; its ``max_tokens`` is further capped by the room left
-    under the run's token budget, the chat format's end-of-turn and end-of-text tokens are added to
-    its stop ids, and its seed is combined with the episode's seed and the turn number (the same
-    seed on every call would correlate the turns). ``concurrency`` is how many ``generate`` calls
-    may run at once: 1 suits the in-process ``JaxEngine``, more suits a thread-safe server engine.
-    The engine's blocking calls run in worker threads, so the event loop keeps serving other
-    episodes.
+    under the run's token budget, the chat format's end-of-turn tokens are added to its stop ids,
+    and its seed is combined with the episode's seed and the turn number. ``concurrency`` is how
+    many ``generate`` calls may run at once: 1 suits the in-process ``JaxEngine``, more suits a
+    thread-safe server engine. The engine's blocking calls run in worker threads, so the event loop
+    keeps serving other episodes.
+
+    ``view`` chooses what a turn's prompt shows of the conversation (default: all of it, rendered
+    incrementally). A view that drops or rewrites earlier messages (keeping only the latest
+    screenshot, say) renders each prompt whole; its turns are then not prefixes of one another,
+    and only per-turn training rows built with the same view can train on them.
     """
 
-    def __init__(self, engine: RolloutEngine, chat_format: ChatMLFormat,
+    def __init__(self, engine: RolloutEngine, chat_format: ChatFormat,
                  sampling: SamplingParams = SamplingParams(max_tokens=4096, temperature=1.0), *,
-                 name: str = "engine", concurrency: int = 1) -> None:
+                 name: str = "engine", concurrency: int = 1, view: ContextView | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        self.engine, self.format, self.name = engine, chat_format, name
-        tokenizer = chat_format.tokenizer
-        self.tokenizer = tokenizer
-        ends = {tokenizer.eos_id, chat_format.im_end, tokenizer.backend.token_to_id("<|endoftext|>")}
-        stops = tuple(dict.fromkeys([*sampling.stop_token_ids, *sorted(i for i in ends if i is not None)]))
+        self.engine, self.format, self.name, self.view = engine, chat_format, name, view
+        self.tokenizer = chat_format.tokenizer
+        stops = tuple(dict.fromkeys([*sampling.stop_token_ids, *chat_format.end_of_turn_ids]))
         self.sampling = dataclasses.replace(sampling, stop_token_ids=stops)
         self._slots = threading.BoundedSemaphore(concurrency)
 
@@ -71,15 +80,17 @@ class EnginePolicy:
                 raise ContextLimitExceeded(f"the prompt has {len(prompt)} tokens; the budget is {max_context}")
             max_new = min(max_new, room)
         turn_number = sum(m.role == "assistant" for m in conversation.messages)
-        seed = (self.sampling.seed * 1_000_003 + conversation.seed * 7919 + turn_number) % 2**31
-        sampling = dataclasses.replace(self.sampling, max_tokens=max_new, seed=seed)
+        sampling = dataclasses.replace(self.sampling, max_tokens=max_new,
+                                       seed=turn_seed(self.sampling.seed, conversation.seed, turn_number))
         completions = await asyncio.to_thread(self._generate, prompt, sampling)
         if len(completions) != 1:
             raise PolicyError(f"the engine returned {len(completions)} completions for one prompt")
         [completion] = completions
         ids = list(completion.token_ids)
         text = completion.text if completion.text is not None else self.tokenizer.decode(ids, skip_special_tokens=True)
-        message, errors = _assistant_message(text, bool(conversation.tools), ids, list(completion.logprobs))
+        sampled = {"token_ids": ids, "logprobs": list(completion.logprobs), "prompt_tokens": len(prompt),
+                   "prompt_digest": token_digest(prompt), "weight_version": completion.weight_version}
+        message, errors = self._assistant_message(text, bool(conversation.tools), sampled)
         return Turn(message=message, prompt_tokens=len(prompt),
                     completion_tokens=len(ids), finish_reason=completion.finish_reason, errors=errors)
 
@@ -88,39 +99,37 @@ class EnginePolicy:
             return self.engine.generate([prompt], sampling)
 
     def _prompt(self, conversation: Conversation) -> list[int]:
-        """The prompt ids: the cached rendering extended by the messages added since, plus a
-        generation prompt on a copy (the cache stays a closed conversation)."""
-        key = ("EnginePolicy", id(self))
+        """The prompt ids: the conversation (or its ``view``) rendered, plus a generation prompt.
+
+        Without a view the rendering is cached and extended by the messages added since (the cache
+        stays a closed conversation; the generation prompt goes on a copy)."""
         messages = conversation.messages
+        if self.view is not None:
+            shown = [m.to_chat() for m in self.view(messages)]
+            return self.format.render(shown, conversation.tools, add_generation_prompt=True).token_ids
+        key = ("EnginePolicy", id(self))
         rendered, count = conversation.state.get(key, (None, 0))
         if rendered is None or count > len(messages):
-            consumed = bool(conversation.tools and messages and messages[0].role == "system")
-            system = messages[0].to_chat() if consumed else None
-            rendered, count = self.format.start(conversation.tools, system=system), int(consumed)
+            rendered, count = self.format.render([m.to_chat() for m in messages], conversation.tools), len(messages)
         for message in messages[count:]:
             self.format.append(rendered, message.to_chat())
         conversation.state[key] = (rendered, len(messages))
-        prompt = dataclasses.replace(rendered, token_ids=list(rendered.token_ids), sources=list(rendered.sources),
-                                     spans=list(rendered.spans))
-        return self.format.generation_prompt(prompt).token_ids
+        return self.format.generation_prompt(rendered.copy()).token_ids
 
+    def _assistant_message(self, text: str, tools_offered: bool, sampled: dict[str, Any]) -> tuple[Message, list[str]]:
+        """Reasoning, content and tool calls from generated text, and the parse errors met.
 
-def _assistant_message(text: str, tools_offered: bool, token_ids: list[int],
-                       logprobs: list[float]) -> tuple[Message, list[str]]:
-    """Reasoning, content and tool calls from generated text, and the parse errors met.
-
-    Without tools, ``<tool_call>`` text stays in the content (the harness's syntax decides what it
-    means). With tools, a malformed call keeps the raw text as content and no calls, as ``orchard
-    serve`` and vLLM answer, so the harness sees and counts it.
-    """
-    parsed = parse_assistant(text)
-    sampled = {"role": "assistant", "reasoning": parsed.reasoning, "token_ids": token_ids, "logprobs": logprobs}
-    after_think = text.split("</think>", 1)[1] if parsed.reasoning is not None else text
-    if not tools_offered or parsed.errors:
-        return Message(content=after_think.strip(), **sampled), parsed.errors if tools_offered else []
-    calls = [ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=c.name, arguments=c.arguments)
-             for c in parsed.tool_calls]
-    return Message(content=parsed.content, tool_calls=calls, **sampled), []
+        Without tools, ``<tool_call>`` text stays in the content (the harness's syntax decides what it
+        means). With tools, a malformed call keeps the raw text as content and no calls, as ``orchard
+        serve`` and vLLM answer, so the harness sees and counts it.
+        """
+        parsed = self.format.parse(text)
+        fields = {"role": "assistant", "reasoning": parsed.reasoning, **sampled}
+        after_think = text.split("</think>", 1)[1] if parsed.reasoning is not None else text
+        if not tools_offered or parsed.errors:
+            return Message(content=after_think.strip(), **fields), parsed.errors if tools_offered else []
+        calls = [call.model_copy(update={"id": f"call_{uuid.uuid4().hex[:24]}"}) for call in parsed.tool_calls]
+        return Message(content=parsed.content, tool_calls=calls, **fields), []
 
 
 class OpenAIChatPolicy:
@@ -128,15 +137,13 @@ class OpenAIChatPolicy:
 
     ``base_url`` ends in ``/v1``. ``logprobs`` and ``return_token_ids`` ask for the sampled tokens'
     logprobs and ids (vLLM and ``orchard serve`` support both; hosted APIs reject the second).
-    ``extra_body`` is merged into every request (``chat_template_kwargs``, ``top_k``, ...). Connection
-    errors and 429/5xx answers are retried ``max_retries`` times with backoff. Pass ``http_client``
-    to reuse a pool (its base URL is ignored; requests go to ``base_url``).
+    ``extra_body`` is merged into every request (``chat_template_kwargs``, ``top_k``, ...). Requests
+    are retried as :class:`~orchard.rollout.openai_client.RetryPolicy` says (``max_retries``).
+    Pass ``http_client`` to reuse a pool (its base URL is ignored; requests go to ``base_url``).
 
     The token budget is checked after each turn from the server's ``usage``; the server is not
     asked to stop early, because the prompt length is not known before it renders the chat.
     """
-
-    RETRY_STATUSES = (429, 500, 502, 503, 504)
 
     def __init__(self, base_url: str, model: str, *, api_key: str = "EMPTY", max_tokens: int = 4096,
                  temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None, logprobs: bool = False,
@@ -146,15 +153,12 @@ class OpenAIChatPolicy:
         if max_tokens < 1 or temperature < 0 or not 0 < top_p <= 1 or max_retries < 0:
             raise ValueError("invalid sampling settings: need max_tokens >= 1, temperature >= 0, 0 < top_p <= 1 "
                              "and max_retries >= 0")
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.client = OpenAIClient(base_url, api_key, timeout=timeout, retry=RetryPolicy(max_retries=max_retries),
+                                   http_client=http_client)
         self.model, self.name = model, name or model
         self.settings = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
         self.seed, self.logprobs, self.return_token_ids = seed, logprobs, return_token_ids
         self.send_reasoning, self.extra_body = send_reasoning, dict(extra_body or {})
-        self.max_retries = max_retries
-        self.headers = {"Authorization": f"Bearer {api_key}"}
-        self._own_client = http_client is None
-        self.client = http_client or httpx.AsyncClient(timeout=timeout)
 
     async def act(self, conversation: Conversation, *, max_context: int | None = None) -> Turn:
         body: dict[str, Any] = {"model": self.model, "messages": [self._wire(m) for m in conversation.messages],
@@ -162,34 +166,21 @@ class OpenAIChatPolicy:
         if conversation.tools:
             body["tools"] = conversation.tools
         if self.seed is not None:
-            turn_number = sum(m.role == "assistant" for m in conversation.messages)
-            body["seed"] = (self.seed * 1_000_003 + conversation.seed * 7919 + turn_number) % 2**31
+            body["seed"] = turn_seed(self.seed, conversation.seed,
+                                     sum(m.role == "assistant" for m in conversation.messages))
         if self.logprobs:
             body["logprobs"] = True
         if self.return_token_ids:
             body["return_token_ids"] = True
         body.update(self.extra_body)
-        reply = await self._post(body)
+        try:
+            reply = await self.client.apost("/v1/chat/completions", body)
+        except OpenAIError as exc:
+            raise PolicyError(str(exc)) from exc
         try:
             return self._turn(reply)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise PolicyError(f"unusable chat-completions reply ({exc!r}): {json.dumps(reply)[:500]}") from exc
-
-    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        attempt = 0
-        while True:
-            try:
-                response = await self.client.post(self.url, json=body, headers=self.headers)
-            except httpx.TransportError as exc:
-                if attempt >= self.max_retries:
-                    raise PolicyError(f"POST {self.url}: {exc!r}") from exc
-            else:
-                if response.status_code not in self.RETRY_STATUSES or attempt >= self.max_retries:
-                    if response.is_error:
-                        raise PolicyError(f"POST {self.url} answered {response.status_code}: {response.text[:500]}")
-                    return response.json()
-            attempt += 1
-            await asyncio.sleep(min(0.5 * 2**attempt, 8.0))
 
     def _wire(self, message: Message) -> dict[str, Any]:
         """The OpenAI request shape of a message (tool-call arguments as JSON strings)."""
@@ -239,5 +230,4 @@ class OpenAIChatPolicy:
                     errors=errors)
 
     async def aclose(self) -> None:
-        if self._own_client:
-            await self.client.aclose()
+        await self.client.aclose()

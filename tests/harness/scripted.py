@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from orchard.data.tokenizer import Tokenizer
 from orchard.env.client import AsyncSandbox
-from orchard.rollout.sampler import Completion, SamplingParams
+from orchard.rollout.types import Completion, SamplingParams
 
 
 class ScriptedEngine:
@@ -47,7 +47,7 @@ class ScriptedEngine:
             completions.append(Completion(token_ids=ids, logprobs=logprobs, finish_reason=finish, text=text))
         return completions
 
-    def update_weights(self, model) -> None:
+    def update_weights(self, weights) -> None:
         raise NotImplementedError("a scripted engine has no weights")
 
 

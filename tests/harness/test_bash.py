@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from orchard.data.trajectory import Message, Outcome
-from orchard.harness import BashHarness, EnginePolicy, FormatError, Turn, run_episode
+from orchard.harness import BashHarness, EnginePolicy, FormatError, FunctionTask, Turn, run_episode
 from orchard.harness.bash import SUBMIT_COMMAND
-from orchard.rollout.sampler import SamplingParams
+from orchard.rollout.types import SamplingParams
 from tests.harness.scripted import REPO, ScriptedEngine, make_repo
 
 SOLVE = [
@@ -30,8 +30,8 @@ async def grade_by_tests(sandbox, trajectory) -> Outcome:
 async def test_a_scripted_model_fixes_the_bug_and_submits_the_diff(aclient, tokenizer, chat_format):
     engine = ScriptedEngine(tokenizer, SOLVE)
     policy = EnginePolicy(engine, chat_format, SamplingParams(max_tokens=512, temperature=0.7, seed=3))
-    trajectory = await run_episode(aclient, BashHarness(), policy, "calc.add returns wrong results.",
-                                   task_id="calc-1", setup=make_repo, grade=grade_by_tests, seed=11)
+    task = FunctionTask("calc-1", "calc.add returns wrong results.", make_repo, grade_by_tests)
+    trajectory = await run_episode(aclient, BashHarness(), policy, task, seed=11)
 
     assert trajectory.outcome == Outcome(reward=1.0, resolved=True, status="completed")
     meta = trajectory.metadata
@@ -108,7 +108,8 @@ async def test_a_command_timeout_is_reported_and_the_run_goes_on(aclient, tokeni
     async def workspace(sandbox):
         await sandbox.exec("mkdir -p /workspace/repo", timeout=30)
 
-    trajectory = await run_episode(aclient, BashHarness(command_timeout=1), policy, "Wait.", setup=workspace)
+    trajectory = await run_episode(aclient, BashHarness(command_timeout=1), policy,
+                                   FunctionTask("wait", "Wait.", workspace))
     assert trajectory.outcome.status == "completed" and trajectory.metadata["submission"] == ""
     observation = trajectory.messages[3].content
     assert observation.startswith("The command timed out after 1 seconds and was killed.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchard.data.trajectory import Message, Outcome, ToolCall
-from orchard.harness import CodeActHarness, EnginePolicy, FormatError, Limits, Turn, run_episode
+from orchard.harness import CodeActHarness, EnginePolicy, FormatError, FunctionTask, Limits, Turn, run_episode
 from orchard.harness.codeact import TOOLS, check_arguments
 from tests.harness.scripted import REPO, ScriptedEngine, call, make_repo
 
@@ -30,7 +30,7 @@ async def test_a_scripted_model_fixes_the_bug_with_tools(aclient, tokenizer, cha
         return Outcome(reward=float(result.ok), resolved=result.ok)
 
     trajectory = await run_episode(aclient, CodeActHarness(), EnginePolicy(engine, chat_format),
-                                   "calc.add returns wrong results.", setup=make_repo, grade=grade)
+                                   FunctionTask("calc", "calc.add returns wrong results.", make_repo, grade))
 
     assert trajectory.outcome == Outcome(reward=1.0, resolved=True, status="completed")
     meta = trajectory.metadata
@@ -80,8 +80,8 @@ async def test_format_errors_are_answered_and_counted(aclient, tokenizer, chat_f
         call("finish"),
     ]
     engine = ScriptedEngine(tokenizer, replies)
-    trajectory = await run_episode(aclient, CodeActHarness(), EnginePolicy(engine, chat_format), "Try.",
-                                   setup=make_repo, limits=Limits(max_format_errors=10))
+    trajectory = await run_episode(aclient, CodeActHarness(), EnginePolicy(engine, chat_format),
+                                   FunctionTask("try", "Try.", make_repo), limits=Limits(max_format_errors=10))
     assert trajectory.outcome.status == "completed" and trajectory.metadata["format_errors"] == 7
     assert trajectory.metadata["submission"] == ""  # nothing changed
     answers = trajectory.messages[3::2]

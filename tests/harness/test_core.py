@@ -12,7 +12,7 @@ import pytest
 
 from orchard.data.trajectory import Message, Outcome
 from orchard.env.client import AsyncSandbox
-from orchard.harness import BashHarness, EnginePolicy, Limits, run_agent, run_episode
+from orchard.harness import BashHarness, EnginePolicy, FunctionTask, Limits, run_agent, run_episode
 from tests.harness.scripted import ScriptedEngine
 
 ECHO = "THOUGHT: one step.\n\n```bash\necho step\n```"
@@ -60,8 +60,8 @@ async def test_the_step_limit_truncates_and_a_grade_keeps_the_status(aclient, to
     async def grade(sandbox, trajectory) -> Outcome:
         return Outcome(reward=0.5, resolved=False, status="completed")
 
-    trajectory = await run_episode(aclient, BashHarness(), EnginePolicy(engine, chat_format), "Echo.",
-                                   setup=mkrepo, grade=grade, limits=Limits(max_steps=3))
+    trajectory = await run_episode(aclient, BashHarness(), EnginePolicy(engine, chat_format),
+                                   FunctionTask("echo", "Echo.", mkrepo, grade), limits=Limits(max_steps=3))
     assert trajectory.outcome == Outcome(reward=0.5, resolved=False, status="truncated")
     assert trajectory.metadata["end_reason"] == "step_limit" and trajectory.metadata["steps"] == 3
     assert len(engine.replies) == 1 and trajectory.messages[-1].role == "user"  # the third action ran
@@ -118,9 +118,10 @@ async def test_the_wall_clock_times_out_and_kills_the_command(box, tokenizer, ch
 
 async def test_an_engine_error_aborts_and_the_sandbox_is_deleted(aclient, tokenizer, chat_format):
     engine = ScriptedEngine(tokenizer, [ECHO, RuntimeError("the engine fell over")])
-    trajectory = await run_episode(aclient, BashHarness(), EnginePolicy(engine, chat_format), "Echo.",
-                                   setup=mkrepo)
+    trajectory = await run_episode(aclient, BashHarness(), EnginePolicy(engine, chat_format),
+                                   FunctionTask("echo", "Echo.", mkrepo))
     assert trajectory.outcome.status == "aborted" and trajectory.metadata["end_reason"] == "policy_error"
+    assert trajectory.outcome.reward is None  # not the policy's doing: dropped, and never graded
     assert trajectory.metadata["error"] == "RuntimeError: the engine fell over"
     assert trajectory.metadata["steps"] == 1
     assert trajectory.metadata["sandbox_id"] not in await live_ids(aclient)
@@ -143,7 +144,7 @@ async def test_a_failing_setup_raises_and_the_sandbox_is_deleted(aclient, tokeni
 
     policy = EnginePolicy(ScriptedEngine(tokenizer, []), chat_format)
     with pytest.raises(ValueError, match="could not be cloned"):
-        await run_episode(aclient, BashHarness(), policy, "Echo.", setup=setup)
+        await run_episode(aclient, BashHarness(), policy, FunctionTask("echo", "Echo.", setup))
     assert len(seen) == 1 and seen[0] not in await live_ids(aclient)
 
 
@@ -155,8 +156,8 @@ async def test_a_cancelled_episode_deletes_its_sandbox(aclient, tokenizer, chat_
         seen.append(sandbox.id)
         await mkrepo(sandbox)
 
-    episode = asyncio.create_task(run_episode(aclient, BashHarness(), EnginePolicy(engine, chat_format), "Wait.",
-                                              setup=setup))
+    episode = asyncio.create_task(run_episode(aclient, BashHarness(), EnginePolicy(engine, chat_format),
+                                              FunctionTask("wait", "Wait.", setup)))
     async with asyncio.timeout(60):  # a bound for the waits below, not a timing assertion
         while not seen:
             await asyncio.sleep(0.05)
@@ -208,7 +209,7 @@ async def test_episodes_share_one_policy_concurrently(aclient, tokenizer, chat_f
 
     # However the episodes interleave, the echoes are served first and each episode ends at its submission.
     trajectories = await asyncio.gather(*[
-        run_episode(aclient, BashHarness(), policy, "Say your name.", task_id=name, setup=setup_named(name))
+        run_episode(aclient, BashHarness(), policy, FunctionTask(name, "Say your name.", setup_named(name)))
         for name in ("a", "b", "c")])
     assert [t.outcome.status for t in trajectories] == ["completed"] * 3
     assert [t.metadata["submission"] for t in trajectories] == ["a", "b", "c"]

@@ -22,6 +22,7 @@ from orchard.harness import (
     CodeActHarness,
     Conversation,
     FormatError,
+    FunctionTask,
     OpenAIChatPolicy,
     PolicyError,
     run_episode,
@@ -63,7 +64,7 @@ async def test_a_codeact_run_over_chat_completions_records_ids_and_logprobs(acli
     ]
     policy = OpenAIChatPolicy("http://scripted/v1", "scripted", logprobs=True, return_token_ids=True, seed=5,
                               http_client=http)
-    trajectory = await run_episode(aclient, CodeActHarness(), policy, "Fix add.", setup=make_repo)
+    trajectory = await run_episode(aclient, CodeActHarness(), policy, FunctionTask("add", "Fix add.", make_repo))
 
     assert trajectory.outcome.status == "completed" and trajectory.policy == "scripted"
     assert "+    return a + b" in trajectory.metadata["submission"]

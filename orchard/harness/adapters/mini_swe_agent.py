@@ -8,15 +8,15 @@ Orchard only executes. :class:`OrchardEnvironment` is the environment the agent 
 .. code-block:: python
 
     from minisweagent.agents.default import DefaultAgent
-    from orchard.harness.adapters.mini_swe_agent import OrchardEnvironment, load_config, run_swe_instance
+    from orchard.harness.adapters.mini_swe_agent import OrchardEnvironment, load_config
 
     with client.create(memory="2Gi") as sandbox:          # a sync orchard.env.SandboxClient
         env = OrchardEnvironment(sandbox=sandbox, cwd="/workspace", timeout=60)
         agent = DefaultAgent(model, env, **load_config("mini")["agent"])
         agent.run("Make the tests pass")
 
-    run = run_swe_instance(client, instance, config=load_config("swebench"))  # set up, run, grade
-    run.grade.resolved, run.trajectory.outcome, run.record["trajectory_format"]
+An SWE task run end to end with it (set up, its loop, graded) is
+:func:`orchard.tasks.swe.mini_swe_agent.run_swe_instance`.
 
 The protocol, as mini-swe-agent 2.4.6's own environments (``local``, ``docker``) implement it:
 
@@ -84,9 +84,7 @@ import logging
 import os
 import platform
 import subprocess
-import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from minisweagent.agents import get_agent
@@ -96,19 +94,13 @@ from minisweagent.models import get_model
 from minisweagent.utils.serialize import recursive_merge
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchard.data.trajectory import Outcome, Status, Trajectory, load_trajectory
 from orchard.env.api import DEFAULT_MAX_OUTPUT_BYTES
 from orchard.env.client import Sandbox, SandboxClient
-from orchard.harness.episode import DEFAULT_SANDBOX
-from orchard.tasks.swe.grading import GradeResult, evaluate
-from orchard.tasks.swe.instance import SWEInstance
-from orchard.tasks.swe.workspace import setup
 
 log = logging.getLogger(__name__)
+__all__ = ["OrchardEnvironment", "OrchardEnvironmentConfig", "get_agent", "get_model", "load_config"]
 
-HARNESS = "mini-swe-agent"
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"  # mini-swe-agent's submission line
-SWE_REPO_DIR = "/testbed"  # where mini-swe-agent's SWE-bench prompts tell the model the repository is
 # Runs `<interpreter...> <command>` with its stderr on its stdout pipe, like their stderr=STDOUT.
 _MERGE_STDERR = ["/bin/sh", "-c", 'exec "$@" 2>&1', "sh"]
 _UNAME = ("system", "node", "release", "version", "machine", "processor")
@@ -268,84 +260,7 @@ class OrchardEnvironment:
             self._own_client = None
 
 
-# ---------------------------------------------------------------------- SWE tasks
-
-
 def load_config(name: str = "swebench") -> dict[str, Any]:
     """One of mini-swe-agent's shipped configs (``swebench``, ``swebench_backticks``, ``mini``, ...) or a
     YAML path, as a dict with ``agent``, ``environment`` and ``model`` sections (a fresh copy)."""
     return copy.deepcopy(get_config_from_spec(name))
-
-
-@dataclass(frozen=True)
-class MiniSweAgentRun:
-    """What :func:`run_swe_instance` returns."""
-
-    exit_status: str  # mini-swe-agent's: Submitted, LimitsExceeded, TimeExceeded, RepeatedFormatError, an error's name
-    submission: str  # what the agent submitted: the patch that was graded ("" when it did not submit)
-    record: dict[str, Any]  # mini-swe-agent's own trajectory (trajectory_format: mini-swe-agent-1.1)
-    trajectory: Trajectory  # the same run as an Orchard trajectory, outcome from grading
-    grade: GradeResult | None  # None when not graded (grade=False, or the run aborted on an error)
-
-
-def _status(converted: Status, errored: bool) -> Status:
-    # An exception's name can contain "timeout" (litellm's Timeout): that is still an aborted run.
-    return "aborted" if errored else converted
-
-
-def run_swe_instance(client: SandboxClient, instance: SWEInstance, model: Any = None, *,
-                     config: Mapping[str, Any] | None = None, repo_dir: str = SWE_REPO_DIR,
-                     sandbox_spec: Mapping[str, Any] | None = None, grade: bool = True) -> MiniSweAgentRun:
-    """Run mini-swe-agent on ``instance`` in a fresh sandbox of ``client``, then grade its submission.
-
-    ``config`` is a mini-swe-agent config (default: ``load_config("swebench")``): its ``agent``
-    section (with an optional ``agent_class``) builds the agent, its ``environment`` section
-    configures :class:`OrchardEnvironment` (``environment_class`` is ignored: the environment is
-    Orchard's; ``cwd`` becomes the repository), and its ``model`` section builds the model when
-    ``model`` is None.
-
-    The repository is set up with :func:`orchard.tasks.swe.workspace.setup` at ``repo_dir``
-    (``/testbed``, where SWE-bench images keep it and the ``swebench`` prompts say it is; sandboxes
-    without root over ``/``, such as rootless ones, need a path under their workdir instead). The
-    agent's submission, not the state of its sandbox, is what gets graded, as SWE-bench grades
-    mini-swe-agent's ``preds.json``: in a fresh sandbox of the same spec
-    (:func:`orchard.tasks.swe.grading.evaluate`), so nothing the agent left behind counts.
-
-    An exception in the agent's run (its model failing after retries, the sandbox failing) does not
-    propagate: like mini-swe-agent's batch runner, the run is recorded with the exception's name as
-    its exit status, and the trajectory is ``aborted``, ungraded, with ``metadata["error"]``.
-    Setup and grading errors do propagate (the task, not the agent, is broken).
-    """
-    config = copy.deepcopy(dict(config)) if config is not None else load_config("swebench")
-    if model is None:
-        model = get_model(config=config.get("model", {}))
-    spec = {**DEFAULT_SANDBOX, **(sandbox_spec or {})}
-    error: dict[str, str] | None = None
-    with client.create(**spec) as sandbox:
-        workspace = setup(sandbox, instance, repo_dir=repo_dir)
-        env_config = {k: v for k, v in config.get("environment", {}).items() if k != "environment_class"}
-        env_config["cwd"] = workspace.repo_dir
-        if not workspace.shims:  # no python/pytest shims on PATH: every command needs the workspace's env
-            env_config["env"] = {**env_config.get("env", {}), **workspace.env}
-        env = OrchardEnvironment(sandbox=sandbox, **env_config)
-        agent = get_agent(model, env, config.get("agent", {}), default_type="default")
-        try:
-            info = agent.run(instance.problem_statement)
-            exit_status, submission = info.get("exit_status", ""), info.get("submission", "") or ""
-        except Exception as exc:
-            log.warning("mini-swe-agent aborted on %s: %s: %s", instance.instance_id, type(exc).__name__, exc)
-            exit_status, submission = type(exc).__name__, ""
-            error = {"exception_str": str(exc), "traceback": traceback.format_exc()}
-        record = agent.serialize({"info": {"exit_status": exit_status, "submission": submission, **(error or {})},
-                                  "instance_id": instance.instance_id})
-    graded = evaluate(client, instance, submission, **spec) if grade and error is None else None
-    converted = load_trajectory(record, task_id=instance.instance_id, harness=HARNESS)
-    outcome = Outcome(reward=graded.reward if graded else 0.0, resolved=bool(graded and graded.resolved),
-                      status=_status(converted.outcome.status, error is not None))
-    metadata = {**converted.metadata, "instance_id": instance.instance_id}
-    if graded is not None:
-        metadata["grade"] = {"reason": graded.reason, "reward": graded.reward, **graded.counts()}
-    if error is not None:
-        metadata["error"] = f"{exit_status}: {error['exception_str']}"
-    trajectory = converted.model_copy(update={"outcome": outcome, "metadata": metadata})
-    return MiniSweAgentRun(exit_status, submission, record, trajectory, graded)

@@ -29,15 +29,12 @@ from pydantic import ValidationError
 
 from orchard.env import SandboxNotFound
 from orchard.env.client import NotADirectory
-from orchard.harness.adapters.mini_swe_agent import (
-    OrchardEnvironment,
-    load_config,
-    run_swe_instance,
-)
-from orchard.tasks.swe.bugs import unified_diff
+from orchard.harness.adapters.mini_swe_agent import OrchardEnvironment, load_config
+from orchard.tasks.swe.diffs import unified_diff
 from orchard.tasks.swe.generate import tree_digest
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.localtests import run_tests
+from orchard.tasks.swe.mini_swe_agent import run_swe_instance
 from orchard.tasks.swe.sources import shipped_source
 from orchard.tasks.swe.testlog import passing
 

@@ -1,0 +1,83 @@
+"""Episodes of any Task: graded only when the policy ended them, timing recorded, set-ups forked from a snapshot."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchard.data.trajectory import Message, Outcome
+from orchard.env.client import AsyncSandbox
+from orchard.harness import BashHarness, EpisodeRunner, FunctionTask, Limits, TaskFamily, Turn, run_episode
+from orchard.harness.episode import SetupCache
+
+SUBMIT = "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat /workspace/repo/state\n```"
+
+
+class Replies:
+    """A policy that answers from a script (no model)."""
+
+    name = "replies"
+
+    def __init__(self, *replies: str) -> None:
+        self.replies = list(replies)
+
+    async def act(self, conversation, *, max_context=None):
+        return Turn(Message(role="assistant", content=self.replies.pop(0)))
+
+
+class Counting:
+    """A task whose set-up writes a file and counts its calls; its grade reads what the episode left."""
+
+    def __init__(self, family: TaskFamily) -> None:
+        self.setups, self.grades, self.family = 0, 0, family
+
+    def task(self, task_id: str) -> FunctionTask:
+        async def setup(sandbox: AsyncSandbox) -> None:
+            self.setups += 1
+            await sandbox.write_file("/workspace/repo/state", f"set up for {task_id}\n")
+
+        async def grade(sandbox, trajectory) -> Outcome:
+            self.grades += 1
+            resolved = trajectory.metadata["submission"] == f"set up for {task_id}\n"
+            return Outcome(reward=1.0 if resolved else -1.0, resolved=resolved)
+
+        return FunctionTask(task_id, "Say what you were set up for.", setup, grade, self.family)
+
+
+async def test_the_wall_clock_leaves_an_episode_ungraded_with_reward_none(aclient):
+    counting = Counting(TaskFamily("counting"))
+    trajectory = await run_episode(aclient, BashHarness(command_timeout=60), Replies("```bash\nsleep 30\n```"),
+                                   counting.task("t"), limits=Limits(time_limit=1.0))
+    assert trajectory.outcome.status == "timed_out" and trajectory.outcome.reward is None
+    assert counting.setups == 1 and counting.grades == 0  # the paper excludes time-outs: not graded
+    graded = await run_episode(aclient, BashHarness(), Replies(SUBMIT), counting.task("t"))
+    assert graded.outcome == Outcome(reward=1.0, resolved=True, status="completed") and counting.grades == 1
+    timing = graded.metadata["episode_timing"]
+    assert set(timing) == {"create_s", "setup_s", "grade_s"} and all(v >= 0 for v in timing.values())
+
+
+async def test_a_set_up_in_files_is_done_once_and_forked_for_every_episode(aclient):
+    counting = Counting(TaskFamily("forked", setup_in_files=True))
+    async with SetupCache(aclient) as setups:
+        runner = EpisodeRunner(aclient, BashHarness(), concurrency=3, setups=setups)
+        trajectories = [await runner.run_one(counting.task(name), seed, policy=Replies(SUBMIT))
+                        for name in ("a", "b") for seed in range(3)]
+        snapshots = {s.id for s in await aclient.snapshots()}
+        assert set(setups.snapshots.values()) <= snapshots and len(setups.snapshots) == 2
+    assert counting.setups == 2  # once per task, not once per episode
+    assert [t.outcome.resolved for t in trajectories] == [True] * 6  # each episode saw its own task's set-up
+    assert len({t.metadata["sandbox_id"] for t in trajectories}) == 6
+    assert not set(setups.snapshots.values()) & {s.id for s in await aclient.snapshots()}  # deleted on exit
+    # A family whose set-up starts processes is set up in every episode.
+    live = Counting(TaskFamily("live"))
+    async with SetupCache(aclient) as setups:
+        runner = EpisodeRunner(aclient, BashHarness(), setups=setups)
+        for seed in range(2):
+            assert (await runner.run_one(live.task("c"), seed, policy=Replies(SUBMIT))).outcome.resolved
+    assert live.setups == 2 and not setups.snapshots
+
+
+async def test_a_runner_without_a_policy_says_so(aclient):
+    with pytest.raises(ValueError, match="needs a harness and a policy"):
+        await EpisodeRunner(aclient, BashHarness()).run_one(Counting(TaskFamily("x")).task("t"), 0)
+    with pytest.raises(ValueError, match="concurrency"):
+        EpisodeRunner(aclient, concurrency=0)
