@@ -23,13 +23,12 @@ the smallest possible diff. The AST gives positions; each edit checks that the t
 what the AST says is there (an operator symbol, a literal equal to the constant), and skips the
 spot otherwise (comments or line continuations between operands, odd positions).
 
-:func:`unified_diff` and :func:`new_file_diff` make ``git apply``-able patches.
+:mod:`orchard.tasks.swe.diffs` makes ``git apply``-able patches of them.
 """
 
 from __future__ import annotations
 
 import ast
-import difflib
 import hashlib
 import re
 from dataclasses import dataclass
@@ -354,32 +353,3 @@ def check_mutation(text: str, mutation: Mutation) -> tuple[str | None, str]:
     if ast.dump(new_tree) == ast.dump(ast.parse(text)):
         return "unchanged", buggy
     return None, buggy
-
-
-def _diff_lines(lines: list[str]) -> list[str]:
-    """difflib output, with git's marker after a last line that has no newline."""
-    out = []
-    for line in lines:
-        if line.endswith("\n"):
-            out.append(line)
-        else:
-            out.append(line + "\n\\ No newline at end of file\n")
-    return out
-
-
-def unified_diff(old: str, new: str, path: str, context: int = 3) -> str:
-    """A ``git apply``-able diff that turns ``old`` into ``new`` (file ``path`` relative to the root)."""
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 f"a/{path}", f"b/{path}", n=context)
-    body = "".join(_diff_lines(list(lines)))
-    return f"diff --git a/{path} b/{path}\n{body}" if body else ""
-
-
-def new_file_diff(text: str, path: str) -> str:
-    """A diff that creates ``path`` with ``text``."""
-    lines = text.splitlines(keepends=True)
-    header = f"diff --git a/{path} b/{path}\nnew file mode 100644\n"
-    if not lines:  # git creates an empty file from the header alone
-        return header
-    hunk = f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n"
-    return header + hunk + "".join(_diff_lines(["+" + line for line in lines]))

@@ -1,18 +1,23 @@
-"""Teacher collection: instances x harnesses x k samples, many sandboxes at once, then filters.
+"""Teacher collection: tasks x harnesses x k samples, many sandboxes at once, then filters.
 
-Each sample is one :func:`~orchard.harness.episode.run_episode`: a fresh sandbox, the instance's
-repository set up in it, the harness run with the teacher, the submission graded by SWE-bench's
-rules, the sandbox deleted. Unresolved trajectories get per-step values (the rule-based estimator
-when the gold patch locates the bug) so credit-assignment SFT can use their rise segments.
+Each sample is one episode of an :class:`~orchard.tasks.swe.task.SWETask` through
+:class:`~orchard.harness.episode.EpisodeRunner`: a fresh sandbox, the instance's repository set up
+in it, the harness run with the teacher, the submission graded by SWE-bench's rules, the sandbox
+deleted. Unresolved trajectories get per-step values (the rule-based estimator when the gold patch
+locates the bug) so credit-assignment SFT can use their rise segments.
 
 The paper's filters drop trajectories over the token limit, with undefined tool calls, or with
 unparseable actions; the harnesses report those as format errors and token-limit truncations, so a
 trajectory is kept only if it had no format error and was not cut by the token budget.
+
+:func:`make_teacher` is the one teacher factory: an OpenAI-compatible endpoint when a URL is given,
+else the oracle teacher cycling through its variants.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,16 +26,50 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from orchard.data.rise import annotate
-from orchard.data.trajectory import Outcome, Trajectory
-from orchard.env.client import AsyncSandbox, AsyncSandboxClient
+from orchard.data.trajectory import EndReason, Trajectory
+from orchard.env.client import AsyncSandboxClient
 from orchard.harness.core import Harness, Limits, Policy
-from orchard.harness.episode import run_episode
-from orchard.tasks.swe.grading import agrade
+from orchard.harness.episode import EpisodeRunner, SetupCache
+from orchard.harness.policies import OpenAIChatPolicy
+from orchard.harness.seeds import episode_seed
 from orchard.tasks.swe.instance import SWEInstance
-from orchard.tasks.swe.oracle import estimator_for
-from orchard.tasks.swe.workspace import areset, asetup
+from orchard.tasks.swe.oracle import OracleTeacher, estimator_for
+from orchard.tasks.swe.task import SWETask
 
 TeacherFactory = Callable[[SWEInstance, str, int], Policy]  # (instance, harness name, sample index)
+VARIANTS = ("clean", "wander", "fail")
+TEACHER_KEY_ENV = "ORCHARD_TEACHER_API_KEY"  # the teacher endpoint's key: read from the environment, never a config
+
+
+@dataclass(frozen=True)
+class CollectionConfig:
+    """Teacher collection: who teaches, how many episodes a task, and their limits."""
+
+    url: str = ""  # an OpenAI-compatible teacher (its key in $ORCHARD_TEACHER_API_KEY); empty: the oracle teacher
+    model: str = "teacher"
+    samples: int = 2  # episodes per task and harness
+    variants: tuple[str, ...] = ("clean", "fail")  # the oracle teacher's, cycled over the samples
+    brief: bool = True  # the oracle teacher's short plan: search, read, edit, submit
+    concurrency: int = 4
+    max_turns: int = 12
+
+    def teacher(self) -> TeacherFactory:
+        return make_teacher(self.url, self.model, api_key=os.environ.get(TEACHER_KEY_ENV, "EMPTY"),
+                            variants=self.variants, brief=self.brief)
+
+
+def make_teacher(url: str = "", model: str = "teacher", *, api_key: str = "EMPTY",
+                 variants: Sequence[str] = VARIANTS, brief: bool = False) -> TeacherFactory:
+    """The teacher of each (instance, harness, sample): the model at ``url`` (any OpenAI-compatible
+    endpoint) for all of them, or, without a URL, the oracle teacher, whose sample ``k`` plays
+    variant ``variants[k % len(variants)]``."""
+    if url:
+        policy = OpenAIChatPolicy(url, model, api_key=api_key)
+        return lambda instance, harness, k: policy
+    if not variants:
+        raise ValueError("the oracle teacher needs at least one variant (clean, wander, fail)")
+    return lambda instance, harness, k: OracleTeacher(instance, harness, variants[k % len(variants)], seed=k,
+                                                      brief=brief)
 
 
 @dataclass
@@ -54,7 +93,7 @@ class CollectionReport:
 
 def drop_reason(trajectory: Trajectory) -> str | None:
     """Why the paper's filters drop a trajectory, or ``None`` to keep it."""
-    if trajectory.metadata.get("end_reason") == "token_limit":
+    if trajectory.end_reason is EndReason.TOKEN_LIMIT:
         return "over_token_limit"
     if trajectory.metadata.get("format_errors", 0):
         return "format_errors"  # undefined tool calls and unparseable actions
@@ -63,56 +102,42 @@ def drop_reason(trajectory: Trajectory) -> str | None:
     return None
 
 
-async def collect_one(client: AsyncSandboxClient, instance: SWEInstance, harness: Harness, policy: Policy,
-                      limits: Limits, seed: int) -> Trajectory:
-    """One graded episode of ``instance``."""
-
-    async def setup(sandbox: AsyncSandbox) -> None:
-        await asetup(sandbox, instance)
-
-    async def grade(sandbox: AsyncSandbox, trajectory: Trajectory) -> Outcome:
-        await areset(sandbox)
-        result = await agrade(sandbox, instance, trajectory.metadata.get("submission") or "")
-        trajectory.metadata["grade"] = result.to_dict()
-        return Outcome(reward=result.reward, resolved=result.resolved)
-
-    trajectory = await run_episode(client, harness, policy, instance.problem_statement, task_id=instance.instance_id,
-                                   limits=limits, setup=setup, grade=grade, seed=seed,
-                                   metadata={"instance_id": instance.instance_id})
-    if not trajectory.outcome.resolved and instance.patch:
-        trajectory = annotate(trajectory, estimator_for(instance))
+async def collect_one(runner: EpisodeRunner, task: SWETask, harness: Harness, policy: Policy, seed: int,
+                      sample: int = 0) -> Trajectory:
+    """One graded teacher episode of ``task``, unresolved ones annotated with the rule-based values."""
+    trajectory = await runner.run_one(task, seed, harness=harness, policy=policy,
+                                      metadata={"instance_id": task.id, "sample": sample})
+    if not trajectory.outcome.resolved and trajectory.messages and task.instance.patch:
+        trajectory = annotate(trajectory, estimator_for(task.instance))
     return trajectory
 
 
-async def collect(client: AsyncSandboxClient, instances: Sequence[SWEInstance], harnesses: Sequence[Harness],
+async def collect(client: AsyncSandboxClient, tasks: Sequence[SWETask], harnesses: Sequence[Harness],
                   teacher: TeacherFactory, samples: int, *, limits: Limits = Limits(max_steps=30),
-                  concurrency: int = 4, progress: bool = True) -> CollectionReport:
-    """Run every (instance, harness, sample) with at most ``concurrency`` sandboxes alive."""
+                  concurrency: int = 4, seed: int = 0, progress: bool = True,
+                  setups: SetupCache | None = None) -> CollectionReport:
+    """Run every (task, harness, sample) with at most ``concurrency`` sandboxes alive (``setups``:
+    fork each episode from its task's set-up snapshot)."""
     report = CollectionReport()
-    gate = asyncio.Semaphore(concurrency)
-    jobs = [(instance, harness, k) for instance in instances for harness in harnesses for k in range(samples)]
+    runner = EpisodeRunner(client, concurrency=concurrency, limits=limits, setups=setups)
+    jobs = [(task, harness, k) for task in tasks for harness in harnesses for k in range(samples)]
     bar = tqdm(total=len(jobs), desc="collect", unit="episode", disable=not progress)
 
-    async def run(instance: SWEInstance, harness: Harness, k: int) -> None:
-        async with gate:
-            try:
-                trajectory = await collect_one(client, instance, harness, teacher(instance, harness.name, k), limits,
-                                               seed=k)
-            except Exception as exc:  # one broken episode must not stop a collection of thousands
-                report.errors.append(f"{instance.instance_id}/{harness.name}/{k}: {type(exc).__name__}: {exc}")
-            else:
-                if (reason := drop_reason(trajectory)) is None:
-                    report.kept.append(trajectory)
-                else:
-                    report.dropped[reason] = report.dropped.get(reason, 0) + 1
-            finally:
-                bar.update()
-                bar.set_postfix(kept=len(report.kept), resolved=sum(t.outcome.resolved for t in report.kept),
-                                refresh=False)
+    async def run(task: SWETask, harness: Harness, k: int) -> None:
+        trajectory = await collect_one(runner, task, harness, teacher(task.instance, harness.name, k),
+                                       episode_seed(seed, f"collect/{harness.name}", task.id, k), k)
+        if trajectory.outcome.status == "aborted" and trajectory.end_reason is EndReason.SANDBOX_ERROR:
+            report.errors.append(f"{task.id}/{harness.name}/{k}: {trajectory.metadata.get('error')}")
+        elif (reason := drop_reason(trajectory)) is None:
+            report.kept.append(trajectory)
+        else:
+            report.dropped[reason] = report.dropped.get(reason, 0) + 1
+        bar.update()
+        bar.set_postfix(kept=len(report.kept), resolved=sum(t.outcome.resolved for t in report.kept), refresh=False)
 
     try:
         await asyncio.gather(*(run(*job) for job in jobs))
     finally:
         bar.close()
-    report.kept.sort(key=lambda t: (t.task_id, t.harness, t.metadata.get("seed", 0)))
+    report.kept.sort(key=lambda t: (t.task_id, t.harness, t.metadata.get("sample", 0)))
     return report

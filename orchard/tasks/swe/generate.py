@@ -26,6 +26,8 @@ that check its fix (it sees their names, messages and code in the problem statem
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -43,11 +45,10 @@ from orchard.tasks.swe.bugs import (
     Mutation,
     check_mutation,
     find_mutations,
-    new_file_diff,
-    unified_diff,
 )
+from orchard.tasks.swe.diffs import new_file_diff, unified_diff
 from orchard.tasks.swe.instance import SWEInstance, save_instances
-from orchard.tasks.swe.localtests import run_tests
+from orchard.tasks.swe.localtests import LocalRun, run_tests
 from orchard.tasks.swe.sources import RepoSource
 from orchard.tasks.swe.statement import problem_statement, source_of_test
 from orchard.tasks.swe.testlog import passing
@@ -120,15 +121,19 @@ def _lines_at(text: str, line: int, span_text: str) -> list[str]:
 
 def generate(source: RepoSource, count: int, out_dir: str, *, seed: int = 0, kinds: Sequence[str] = KINDS,
              max_tries: int | None = None, tests_visible: bool = False, timeout: float | None = None,
-             progress: Progress | None = None, report: GenerationReport | None = None) -> list[SWEInstance]:
+             progress: Progress | None = None, report: GenerationReport | None = None,
+             jobs: int | None = None) -> list[SWEInstance]:
     """Up to ``count`` bug tasks from ``source``; snapshots go to ``<out_dir>/repos/``.
 
     Stops at ``count`` kept, after ``max_tries`` candidates, or when candidates run out.
     ``timeout`` bounds each candidate's test run; by default it is ten times the baseline run,
     and at least 10 s: mutations make infinite loops, and a long fixed timeout would spend most
     of the generation time (and a CPU) on them. ``report`` (updated in place) records what was
-    tried and why candidates were rejected.
+    tried and why candidates were rejected. ``jobs`` test runs go at once (default: the CPUs, at
+    most 4), each in its own copy of the repository; candidates are judged in order, so the
+    instances and the report do not depend on ``jobs``.
     """
+    jobs = jobs or min(os.cpu_count() or 1, 4)
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     report = report if report is not None else GenerationReport()
@@ -156,25 +161,30 @@ def generate(source: RepoSource, count: int, out_dir: str, *, seed: int = 0, kin
                 continue
         report.candidates[source.name] = len(mutations)
         seen: set[str] = set()
-        for tries, mutation in enumerate(_ordered(mutations, rng)):
-            if len(instances) >= count or (max_tries is not None and tries >= max_tries):
-                break
-            original = texts[mutation.path]
-            reason, buggy = check_mutation(original, mutation)
-            fingerprint = hashlib.sha1(f"{mutation.path}\0{buggy}".encode()).hexdigest()
-            if reason is None and fingerprint in seen:
-                reason = "duplicate"
-            seen.add(fingerprint)
-            instance = None
-            if reason is None:
-                target = os.path.join(base, mutation.path)
+        free = [os.path.join(scratch, f"worker-{i}") for i in reversed(range(jobs))]  # base stays pristine
+        for directory in free:
+            shutil.copytree(base, directory)
+        window: collections.deque = collections.deque()  # in order: (mutation, reason, buggy, future, directory)
+
+        def test(directory: str, mutation: Mutation, buggy: str) -> LocalRun:
+            target = os.path.join(directory, mutation.path)
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(buggy)
+            try:
+                return run_tests(directory, source.test_dirs, timeout=timeout)
+            finally:
                 with open(target, "w", encoding="utf-8") as handle:
-                    handle.write(buggy)
-                try:
-                    run = run_tests(base, source.test_dirs, timeout=timeout)
-                finally:
-                    with open(target, "w", encoding="utf-8") as handle:
-                        handle.write(original)
+                    handle.write(texts[mutation.path])
+
+        def settle() -> None:
+            """Judge the oldest candidate (in order, so the result does not depend on ``jobs``)."""
+            mutation, reason, buggy, future, directory = window.popleft()
+            run = future.result() if future is not None else None
+            if directory is not None:
+                free.append(directory)
+            if len(instances) >= count:
+                return  # considered while the window was open, after the set was full: as if never tried
+            if run is not None:
                 now_passing = passing(run.results)
                 fail_to_pass, pass_to_pass = sorted(good - now_passing), sorted(good & now_passing)
                 if run.timed_out:
@@ -184,12 +194,30 @@ def generate(source: RepoSource, count: int, out_dir: str, *, seed: int = 0, kin
                 elif not pass_to_pass:
                     reason = "no_passing_test"
                 else:
-                    instance = _instance(source, mutation, original, buggy, base, run.results, fail_to_pass,
-                                         pass_to_pass, out_dir, rng, tests_visible)
-                    instances.append(instance)
+                    instances.append(_instance(source, mutation, texts[mutation.path], buggy, base, run.results,
+                                               fail_to_pass, pass_to_pass, out_dir, rng, tests_visible))
             report.count(mutation, reason)
             if progress is not None:
                 progress(mutation, reason)
+
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            for tries, mutation in enumerate(_ordered(mutations, rng)):
+                while window and (not free or len(instances) + len(window) >= count):
+                    settle()
+                if len(instances) >= count or (max_tries is not None and tries >= max_tries):
+                    break
+                reason, buggy = check_mutation(texts[mutation.path], mutation)
+                fingerprint = hashlib.sha1(f"{mutation.path}\0{buggy}".encode()).hexdigest()
+                if reason is None and fingerprint in seen:
+                    reason = "duplicate"
+                seen.add(fingerprint)
+                if reason is None:
+                    directory = free.pop()
+                    window.append((mutation, None, buggy, pool.submit(test, directory, mutation, buggy), directory))
+                else:
+                    window.append((mutation, reason, buggy, None, None))
+            while window:
+                settle()
     return instances
 
 

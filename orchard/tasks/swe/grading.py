@@ -1,7 +1,7 @@
 """Grade a submission with SWE-bench's rules, in a sandbox set up by :mod:`orchard.tasks.swe.workspace`.
 
-:func:`agrade` (blocking twin: :func:`grade`), on a sandbox whose repository is still at its base
-(a fresh sandbox after ``setup``, as SWE-bench grades in a fresh container):
+:func:`grade_submission`, on a sandbox whose repository is still at its base (a fresh sandbox after
+:func:`~orchard.tasks.swe.workspace.setup_workspace`, as SWE-bench grades in a fresh container):
 
 1. Apply the submission (a unified diff) with the sandbox's ``apply_patch`` (``git apply``,
    then ``patch --fuzz``, all or nothing). A patch that does not apply: not resolved, with the
@@ -16,26 +16,32 @@
    stricter than SWE-bench, which leaves skipped tests out of its counts, so that a submission
    cannot resolve a task by making its tests skip.
 
-:func:`aevaluate` does it all in a fresh sandbox: create, set up, grade, delete.
+:func:`grade_in_fresh_sandbox` does it all in a fresh sandbox: create, set up, grade, delete. Both are
+coroutines over the async SDK; sync callers use ``sandbox.run_async(grade_submission, ...)``.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from orchard.env import PathNotFound
-from orchard.tasks.swe.blocking import run_blocking
+from orchard.tasks.swe.diffs import patched_files
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.testlog import TestResult, parse_results, pytest_command
-from orchard.tasks.swe.workspace import BASE_TAG, REPO_DIR, SetupError, Workspace, asetup, aworkspace, setup
+from orchard.tasks.swe.workspace import (
+    BASE_TAG,
+    REPO_DIR,
+    SetupError,
+    Workspace,
+    load_workspace,
+    setup_workspace,
+)
 
 REPORT_PATH = "/tmp/orchard-swe/report.xml"
 LOG_TAIL = 20_000
 Reason = Literal["patch_does_not_apply", "test_patch_does_not_apply", "tests_timed_out"]
-_DIFF_PATH = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(\S+)")
 
 
 @dataclass(frozen=True)
@@ -76,15 +82,6 @@ class GradeResult:
         return {**asdict(self), "reward": self.reward, **self.counts()}
 
 
-def patched_files(diff: str) -> list[str]:
-    """Repository-relative paths a unified diff touches (``a/`` and ``b/`` prefixes stripped)."""
-    paths: dict[str, None] = {}
-    for line in diff.splitlines():
-        if (match := _DIFF_PATH.match(line)) and match.group(1) != "/dev/null":
-            paths.setdefault(match.group(1), None)
-    return list(paths)
-
-
 def _rejected(response: Any) -> str:
     hunks = "".join(f"--- {h.file} {h.header}\n{h.text}" for h in response.rejected)
     return f"{response.output.strip()}\n{hunks}".strip()
@@ -103,7 +100,7 @@ def judge(instance: SWEInstance, results: dict[str, TestResult]) -> tuple[bool, 
     return all(o.passed for o in outcomes) and bool(outcomes), tuple(outcomes)
 
 
-async def agrade(sandbox: Any, instance: SWEInstance, submission_patch: str, workspace: Workspace | None = None,
+async def grade_submission(sandbox: Any, instance: SWEInstance, submission_patch: str, workspace: Workspace | None = None,
                  timeout: float = 900.0, repo_dir: str = REPO_DIR) -> GradeResult:
     """Grade ``submission_patch`` for ``instance`` in ``sandbox`` (an ``AsyncSandbox`` set up for it).
 
@@ -112,7 +109,7 @@ async def agrade(sandbox: Any, instance: SWEInstance, submission_patch: str, wor
     """
     if not instance.FAIL_TO_PASS:
         raise ValueError(f"instance {instance.instance_id!r} has no FAIL_TO_PASS tests: nothing to grade")
-    workspace = workspace or await aworkspace(sandbox, repo_dir)
+    workspace = workspace or await load_workspace(sandbox, repo_dir)
     repo = workspace.repo_dir
     if submission_patch.strip():
         applied = await sandbox.apply_patch(submission_patch, cwd=repo)
@@ -145,23 +142,9 @@ async def agrade(sandbox: Any, instance: SWEInstance, submission_patch: str, wor
                        run.stdout[-LOG_TAIL:], others)
 
 
-def grade(sandbox: Any, instance: SWEInstance, submission_patch: str, workspace: Workspace | None = None,
-          timeout: float = 900.0, repo_dir: str = REPO_DIR) -> GradeResult:
-    """Blocking :func:`agrade` for a sync ``Sandbox``."""
-    return run_blocking(agrade, sandbox, instance, submission_patch, workspace=workspace, timeout=timeout,
-                        repo_dir=repo_dir)
-
-
-async def aevaluate(client: Any, instance: SWEInstance, submission_patch: str, timeout: float = 900.0,
+async def grade_in_fresh_sandbox(client: Any, instance: SWEInstance, submission_patch: str, timeout: float = 900.0,
                     **sandbox_spec: Any) -> GradeResult:
     """Grade in a fresh sandbox of ``client`` (an ``AsyncSandboxClient``), deleted afterwards."""
     async with client.create(**sandbox_spec) as sandbox:
-        workspace = await asetup(sandbox, instance)
-        return await agrade(sandbox, instance, submission_patch, workspace, timeout=timeout)
-
-
-def evaluate(client: Any, instance: SWEInstance, submission_patch: str, timeout: float = 900.0,
-             **sandbox_spec: Any) -> GradeResult:
-    """Blocking :func:`aevaluate` for a ``SandboxClient``."""
-    with client.create(**sandbox_spec) as sandbox:
-        return grade(sandbox, instance, submission_patch, setup(sandbox, instance), timeout=timeout)
+        workspace = await setup_workspace(sandbox, instance)
+        return await grade_submission(sandbox, instance, submission_patch, workspace, timeout=timeout)

@@ -33,43 +33,12 @@ from orchard.data.rise import BugLocationEstimator
 from orchard.data.trajectory import Message, ToolCall
 from orchard.harness.bash import SUBMIT_COMMAND
 from orchard.harness.core import Conversation, Turn
+from orchard.tasks.swe.diffs import Hunk, parse_patch
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.workspace import REPO_DIR
 
 Style = Literal["bash", "codeact"]
 Variant = Literal["clean", "wander", "fail"]
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
-
-
-@dataclass(frozen=True)
-class Hunk:
-    path: str
-    old_start: int  # 1-based, in the buggy file
-    old: list[str]  # context and removed lines: the text as the agent sees it
-    new: list[str]  # context and added lines
-    section: str  # the function or class git names in the hunk header, if any
-
-
-def parse_patch(diff: str) -> list[Hunk]:
-    """The hunks of a unified diff (the gold patch), with their file paths."""
-    hunks: list[Hunk] = []
-    path, current = None, None
-    for line in diff.splitlines():
-        if line.startswith("+++ "):
-            path = line[4:].removeprefix("b/")
-        elif (match := _HUNK.match(line)) and path is not None:
-            current = Hunk(path, int(match.group(1)), [], [], match.group(5).strip())
-            hunks.append(current)
-        elif current is not None and line[:1] in (" ", "-", "+"):
-            if line[0] != "+":
-                current.old.append(line[1:])
-            if line[0] != "-":
-                current.new.append(line[1:])
-        elif line.startswith("diff --git"):
-            current = None
-    if not hunks:
-        raise ValueError("the gold patch has no hunks")
-    return hunks
 
 
 def buggy_line(hunk: Hunk) -> tuple[int, str]:
@@ -204,21 +173,8 @@ class OracleTeacher:
                                           "old_str": "\n".join(hunk.old), "new_str": "\n".join(hunk.new)})
         if (script := _sed_script(hunk, number)) is not None:
             return Step(thought, "bash", {"command": f"sed -i {shlex.quote(script)} {shlex.quote(hunk.path)}"})
-        patch = self._hunk_patch(hunk)
+        patch = hunk.patch()
         return Step(thought, "bash", {"command": f"cat > /tmp/fix.patch <<'PATCH'\n{patch}PATCH\ngit apply /tmp/fix.patch"})
-
-    def _hunk_patch(self, hunk: Hunk) -> str:
-        """One hunk of the gold patch as a patch of its own (its line counts recomputed)."""
-        body = []
-        for line in self.instance.patch.splitlines():
-            match = _HUNK.match(line)
-            if match and int(match.group(1)) == hunk.old_start:
-                body = [line]
-            elif body and (match or line.startswith("diff --git")):
-                break
-            elif body:
-                body.append(line)
-        return f"--- a/{hunk.path}\n+++ b/{hunk.path}\n" + "\n".join(body) + "\n"
 
     def _wrong_edit(self, hunk: Hunk) -> Step:
         """Edit a line next to the bug (a plausible but wrong fix): a comment saying it was checked."""

@@ -1,26 +1,25 @@
 """The data step of credit-assignment SFT: trajectories -> values and rise segments -> examples.
 
-Trajectories come from ``config.data.trajectories`` (any format :mod:`orchard.data.trajectory`
-reads) or, when that is empty, from the synthetic bug-fix set (:mod:`orchard.tasks.swe.synthetic`),
-whose unresolved runs are annotated by the rule-based estimator. Unresolved trajectories read from
-a file must already carry values or rise segments (``orchard.data.rise.annotate`` with an
-``LLMJudge``).
+Trajectories come from a file (any format :mod:`orchard.data.trajectory` reads) or, when none is
+given, from the synthetic bug-fix set (:mod:`orchard.tasks.swe.synthetic`), whose unresolved runs
+are annotated by the rule-based estimator. Unresolved trajectories read from a file must already
+carry values or rise segments (``orchard.data.rise.annotate`` with an
+:class:`~orchard.eval.judge.LLMJudge`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from ml_collections import ConfigDict
-
-from orchard.data.chat import Qwen3Format
+from orchard.data.chat import make_chat_format
 from orchard.data.examples import write_examples
-from orchard.data.rise import BugLocationEstimator, annotate
+from orchard.data.rise import EPSILON, BugLocationEstimator, annotate
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
-from orchard.models.shipped import resolve
+from orchard.eval.splits import split_by_id
 from orchard.tasks.swe.synthetic import make_tasks, teacher_trajectory
 
 log = logging.getLogger(__name__)
@@ -36,28 +35,37 @@ def synthetic_trajectories(count: int, seed: int, epsilon: float) -> list[Trajec
     return trajectories
 
 
-def build_sft_data(config: ConfigDict, workdir: str) -> tuple[str, str]:
-    """Write ``train.jsonl`` and ``eval.jsonl`` examples under ``workdir/data``; return their paths.
+@dataclass(frozen=True)
+class ExamplesConfig:
+    """How trajectories become SFT examples."""
 
-    The split is by task, so no task is in both. Tool calls use the Hermes/Qwen3 syntax
-    (:class:`~orchard.data.chat.Qwen3Format`) over whichever vocabulary ``data.tokenizer`` names.
+    seed: int = 0
+    chat_format: str = "qwen3"
+    eval_fraction: float = 0.125  # of the tasks, held out for the eval loss
+    epsilon: float = EPSILON  # the rise-segment threshold
+    observation_weight: float = 0.0  # the loss weight of what the model is shown: none, as in the paper
+    synthetic_tasks: int = 96  # without trajectories: tasks of the synthetic set (one resolved, one unresolved run)
+
+
+def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
+                   trajectories: Sequence[Trajectory] | str | None = None) -> tuple[str, str]:
+    """Write ``train.jsonl`` and ``eval.jsonl`` examples into ``directory``; return their paths.
+
+    ``trajectories`` is a list, a file of them, or ``None`` for the synthetic set. The split is by
+    task (:func:`~orchard.eval.splits.split_by_id`), so no task is in both; eval examples weigh
+    actions only.
     """
-    data = config.data
-    if data.trajectories:
-        trajectories = list(read_trajectories(data.trajectories))
-    else:
-        trajectories = synthetic_trajectories(data.synthetic_tasks, config.seed, data.epsilon)
-    tokenizer = Tokenizer.from_pretrained(resolve(data.tokenizer))
-    chat = Qwen3Format(tokenizer)
-    tasks = sorted({t.task_id for t in trajectories})
-    random.Random(config.seed).shuffle(tasks)
-    held_out = set(tasks[: max(1, int(len(tasks) * data.eval_fraction))])
-    directory = os.path.join(workdir, "data")
-    train, evaluation = os.path.join(directory, "train.jsonl"), os.path.join(directory, "eval.jsonl")
-    n_train = write_examples((t for t in trajectories if t.task_id not in held_out), chat, train,
-                             data.observation_weight)
-    n_eval = write_examples((t for t in trajectories if t.task_id in held_out), chat, evaluation)  # actions only
+    if isinstance(trajectories, str):
+        trajectories = list(read_trajectories(trajectories))
+    elif trajectories is None:
+        trajectories = synthetic_trajectories(config.synthetic_tasks, config.seed, config.epsilon)
+    chat = make_chat_format(config.chat_format, tokenizer)
+    train, held = split_by_id(trajectories, config.eval_fraction, config.seed, key=lambda t: t.task_id,
+                              at_least_one=True)
+    paths = os.path.join(directory, "train.jsonl"), os.path.join(directory, "eval.jsonl")
+    n_train = write_examples(train, chat, paths[0], config.observation_weight)
+    n_eval = write_examples(held, chat, paths[1])
     resolved = sum(t.outcome.resolved for t in trajectories)
     log.info("%d trajectories (%d resolved) -> %d train and %d eval examples in %s", len(trajectories), resolved,
              n_train, n_eval, directory)
-    return train, evaluation
+    return paths

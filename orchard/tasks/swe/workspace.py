@@ -1,12 +1,13 @@
 """Put a task's repository into a sandbox and make it runnable offline.
 
-:func:`asetup` (and its blocking twin :func:`setup`) does, in the sandbox:
+:func:`setup_workspace` does, in the sandbox (an :class:`~orchard.env.AsyncSandbox`; from sync code,
+``sandbox.run_async(setup_workspace, instance)`` on a :class:`~orchard.env.Sandbox`):
 
 1. **Upload** the snapshot (``instance.repo_path``: a directory, or a tarball unpacked here
    first) to ``/workspace/repo``.
 2. **Commit** it as the base: ``git init``, one commit with fixed author and dates, tag
    ``orchard-base``. Harnesses get the agent's change as ``git diff orchard-base``
-   (:func:`asubmission_patch`), and the grader restores test files from it. A snapshot that is
+   (:func:`submission_patch`), and the grader restores test files from it. A snapshot that is
    already a git checkout keeps its history; its ``HEAD`` is tagged.
 3. **Choose the interpreter** that runs the tests: the first of ``python3``, ``python`` and the
    caller's ``sys.executable`` that can ``import pytest`` inside the sandbox. On the local
@@ -41,7 +42,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchard.env import PathNotFound
-from orchard.tasks.swe.blocking import run_blocking
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.testlog import PYTEST_ENV
 
@@ -61,7 +61,7 @@ class SetupError(RuntimeError):
 
 @dataclass(frozen=True)
 class Workspace:
-    """What :func:`asetup` left in a sandbox."""
+    """What :func:`setup_workspace` left in a sandbox."""
 
     repo_dir: str
     python: str  # absolute path of the interpreter that runs the tests
@@ -111,7 +111,7 @@ async def _choose_python(sandbox: Any, candidates: list[str]) -> str:
     return lines[-1]
 
 
-async def asetup(sandbox: Any, instance: SWEInstance, repo_dir: str = REPO_DIR, python: str | None = None,
+async def setup_workspace(sandbox: Any, instance: SWEInstance, repo_dir: str = REPO_DIR, python: str | None = None,
                  shims: bool = True) -> Workspace:
     """Upload, commit and make runnable ``instance``'s repository in ``sandbox`` (an ``AsyncSandbox``).
 
@@ -147,21 +147,15 @@ async def asetup(sandbox: Any, instance: SWEInstance, repo_dir: str = REPO_DIR, 
     return workspace
 
 
-def setup(sandbox: Any, instance: SWEInstance, repo_dir: str = REPO_DIR, python: str | None = None,
-          shims: bool = True) -> Workspace:
-    """Blocking :func:`asetup` for a sync ``Sandbox``."""
-    return run_blocking(asetup, sandbox, instance, repo_dir=repo_dir, python=python, shims=shims)
-
-
-async def aworkspace(sandbox: Any, repo_dir: str = REPO_DIR) -> Workspace:
-    """The :class:`Workspace` that :func:`asetup` saved in this sandbox; :class:`SetupError` if none."""
+async def load_workspace(sandbox: Any, repo_dir: str = REPO_DIR) -> Workspace:
+    """The :class:`Workspace` that :func:`setup_workspace` saved in this sandbox; :class:`SetupError` if none."""
     try:
         return Workspace(**json.loads(await sandbox.read_file(f"{repo_dir}/{STATE_FILE}")))
     except (PathNotFound, ValueError, TypeError) as exc:  # no file, bad JSON, wrong keys: not set up here
         raise SetupError(f"no task repository set up at {repo_dir} in this sandbox: run setup first ({exc})") from None
 
 
-async def asubmission_patch(sandbox: Any, repo_dir: str = REPO_DIR) -> str:
+async def submission_patch(sandbox: Any, repo_dir: str = REPO_DIR) -> str:
     """The agent's change: every edit, new file and deletion since the base, as a git diff."""
     result = await sandbox.exec(f"git add -A && git diff --cached --binary {BASE_TAG}", cwd=repo_dir,
                                 env=_GIT_IDENTITY, timeout=120, max_output_bytes=64 << 20)
@@ -170,18 +164,8 @@ async def asubmission_patch(sandbox: Any, repo_dir: str = REPO_DIR) -> str:
     return result.stdout
 
 
-def submission_patch(sandbox: Any, repo_dir: str = REPO_DIR) -> str:
-    """Blocking :func:`asubmission_patch`."""
-    return run_blocking(asubmission_patch, sandbox, repo_dir=repo_dir)
-
-
-async def areset(sandbox: Any, repo_dir: str = REPO_DIR) -> None:
+async def reset_workspace(sandbox: Any, repo_dir: str = REPO_DIR) -> None:
     """Put the repository back to its base: undo edits, delete new files (setup's state file is kept)."""
     result = await sandbox.exec(f"git reset -q --hard {BASE_TAG} && git clean -qfdx", cwd=repo_dir, timeout=120)
     if not result.ok:
         raise SetupError(f"could not reset the repository to {BASE_TAG}: {result.stderr[-2000:]}")
-
-
-def reset(sandbox: Any, repo_dir: str = REPO_DIR) -> None:
-    """Blocking :func:`areset`."""
-    run_blocking(areset, sandbox, repo_dir=repo_dir)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchard.tasks.swe.bugs import Mutation, check_mutation, find_mutations, new_file_diff, unified_diff
+from orchard.tasks.swe.bugs import Mutation, check_mutation, find_mutations
+from orchard.tasks.swe.diffs import new_file_diff, unified_diff
 from orchard.tasks.swe.generate import GenerationReport, generate
 from orchard.tasks.swe.localtests import run_tests
 from orchard.tasks.swe.sources import SHIPPED, RepoSource, package_source, shipped_source
@@ -145,9 +146,11 @@ def test_generated_bugs_fail_their_tests_and_gold_patches_fix_them(tmp_path):
 
 
 def test_generation_is_seeded_and_can_keep_the_tests_visible(tmp_path):
-    first = generate(shipped_source("intervals"), 1, str(tmp_path / "a"), seed=7, tests_visible=True)
-    again = generate(shipped_source("intervals"), 1, str(tmp_path / "b"), seed=7, tests_visible=True)
-    assert [i.instance_id for i in first] == [i.instance_id for i in again]
+    first = generate(shipped_source("intervals"), 3, str(tmp_path / "a"), seed=7, tests_visible=True, jobs=1)
+    again = generate(shipped_source("intervals"), 3, str(tmp_path / "b"), seed=7, tests_visible=True, jobs=3)
+    assert [i.instance_id for i in first] == [i.instance_id for i in again]  # parallel test runs change nothing
+    assert [i.problem_statement for i in first] == [i.problem_statement for i in again]
+    first = first[:1]
     [instance] = first
     assert instance.test_patch == "" and not instance.metadata["withheld_tests"]
     assert all((Path(instance.repo_path) / t.split("::")[0]).exists() for t in instance.FAIL_TO_PASS)
@@ -204,8 +207,8 @@ def test_rejections_are_counted_by_reason(tmp_path):
     source = RepoSource(name="tiny", repo="orchard/tiny", version="1",
                         entries={"pkg": str(tmp_path / "pkg"), "tests": str(tmp_path / "tests")}, test_dirs=("tests",))
     report = GenerationReport()
-    kept = generate(source, 10, str(tmp_path / "out"), kinds=("swap_operator",), timeout=6, report=report)
-    assert report.tried == 5  # + - in used, * / in untested, > >= and -= += in countdown, < <= in _check
+    kept = generate(source, 10, str(tmp_path / "out"), kinds=("swap_operator",), timeout=6, report=report, jobs=3)
+    assert report.tried == 5  # the counts a serial run gives (candidates are judged in order at any jobs)  # + - in used, * / in untested, > >= and -= += in countdown, < <= in _check
     assert dict(report.rejected) == {"no_failing_test": 1, "timeout": 1, "no_passing_test": 1}
     assert sorted(i.metadata["description"] for i in kept) == ["`+` -> `-`", "`>` -> `>=`"]
     assert {i.FAIL_TO_PASS for i in kept} == {("tests/test_mod.py::test_used",), ("tests/test_mod.py::test_countdown",)}

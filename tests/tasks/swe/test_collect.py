@@ -11,12 +11,12 @@ from orchard.data.trajectory import Outcome, Trajectory
 from orchard.env import AsyncSandboxClient
 from orchard.harness.bash import BashHarness
 from orchard.harness.codeact import CodeActHarness
-from orchard.tasks.swe.collect import collect, drop_reason
+from orchard.tasks.swe.collect import VARIANTS, collect, drop_reason, make_teacher
+from orchard.tasks.swe.diffs import parse_patch
 from orchard.tasks.swe.generate import generate_task_set
-from orchard.tasks.swe.oracle import OracleTeacher, buggy_line, parse_patch
+from orchard.tasks.swe.oracle import OracleTeacher, buggy_line
 from orchard.tasks.swe.sources import resolve_source
-
-VARIANTS = ("clean", "wander", "fail")
+from orchard.tasks.swe.task import swe_tasks
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +40,8 @@ def test_the_oracle_resolves_through_both_harnesses_and_its_failing_variant_does
     async def run():
         client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
         try:
-            report = await collect(client, instances, [BashHarness(), CodeActHarness()],
-                                   lambda inst, harness, k: OracleTeacher(inst, harness, VARIANTS[k], seed=k),
-                                   samples=3, concurrency=3, progress=False)
+            report = await collect(client, swe_tasks(instances), [BashHarness(), CodeActHarness()],
+                                   make_teacher(variants=VARIANTS), samples=3, concurrency=3, progress=False)
             left = await client.list()
         finally:
             await client.aclose()

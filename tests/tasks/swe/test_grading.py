@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from orchard.tasks.swe.bugs import new_file_diff, unified_diff
+from orchard.tasks.swe.diffs import new_file_diff, unified_diff
 from orchard.tasks.swe.generate import generate
-from orchard.tasks.swe.grading import aevaluate, evaluate, grade
+from orchard.tasks.swe.grading import grade_in_fresh_sandbox, grade_submission
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.sources import shipped_source
-from orchard.tasks.swe.workspace import SetupError, reset, setup, submission_patch
+from orchard.tasks.swe.workspace import SetupError, reset_workspace, setup_workspace, submission_patch
 
 OPS = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a + b\n"
 VISIBLE_TESTS = ("from calc.ops import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
@@ -49,15 +49,15 @@ def instance(tmp_path_factory) -> SWEInstance:
 
 @pytest.fixture(scope="module")
 def workspace(sandbox, instance):
-    return setup(sandbox, instance)
+    return sandbox.run_async(setup_workspace, instance)  # the async set-up, from sync code
 
 
 @pytest.fixture
 def graded(sandbox, instance, workspace):
     """Grade a submission on the repository reset to its base (SWE-bench grades a clean checkout)."""
     def run(patch: str, task: SWEInstance = instance):
-        reset(sandbox)
-        return grade(sandbox, task, patch, workspace)
+        sandbox.run_async(reset_workspace)
+        return sandbox.run_async(grade_submission, task, patch, workspace)
     return run
 
 
@@ -124,13 +124,13 @@ def test_a_submission_cannot_replace_the_tests(graded):
 
 
 def test_the_harness_flow_edit_diff_grade_in_a_fresh_sandbox(client, sandbox, instance, workspace):
-    reset(sandbox)
+    sandbox.run_async(reset_workspace)
     sandbox.write_file("/workspace/repo/calc/ops.py", OPS.replace("def mul(a, b):\n    return a + b",
                                                                    "def mul(a, b):\n    return a * b"))
     sandbox.write_file("/workspace/repo/notes.txt", "scratch\n")
-    patch = submission_patch(sandbox)
+    patch = sandbox.run_async(submission_patch)
     assert "calc/ops.py" in patch and "notes.txt" in patch
-    assert evaluate(client, instance, patch, memory="512Mi").resolved
+    assert client.run_async(grade_in_fresh_sandbox, instance, patch, memory="512Mi").resolved
 
 
 def test_setup_from_a_tarball(client, instance, tmp_path):
@@ -138,24 +138,24 @@ def test_setup_from_a_tarball(client, instance, tmp_path):
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(instance.repo_path, arcname="calc-1.0")  # one top-level directory: unpacked from inside it
     tarred = replace(instance, repo_path=str(archive))
-    assert evaluate(client, tarred, FIX, memory="512Mi").resolved
+    assert client.run_async(grade_in_fresh_sandbox, tarred, FIX, memory="512Mi").resolved
 
 
 def test_setup_and_grade_refuse_clearly(client, instance, tmp_path):
     with client.create(memory="256Mi") as fresh:
         with pytest.raises(SetupError, match="run setup first"):
-            grade(fresh, instance, FIX)
+            fresh.run_async(grade_submission, instance, FIX)
         with pytest.raises(SetupError, match="has no repo_path"):
-            setup(fresh, replace(instance, repo_path=None))
+            fresh.run_async(setup_workspace, replace(instance, repo_path=None))
         junk = tmp_path / "x.tar"
         junk.write_text("junk")
         with pytest.raises(SetupError, match="neither a directory nor a readable tarball"):
-            setup(fresh, replace(instance, repo_path=str(junk)))
+            fresh.run_async(setup_workspace, replace(instance, repo_path=str(junk)))
 
 async def test_async_evaluation_of_a_generated_bug(orchestrator, tmp_path):
     [bug] = generate(shipped_source("minicalc"), 1, str(tmp_path), seed=5)
     async with orchestrator.async_client() as aclient:
-        gold = await aevaluate(aclient, bug, bug.patch, memory="512Mi")
-        empty = await aevaluate(aclient, bug, "", memory="512Mi")
+        gold = await grade_in_fresh_sandbox(aclient, bug, bug.patch, memory="512Mi")
+        empty = await grade_in_fresh_sandbox(aclient, bug, "", memory="512Mi")
     assert gold.resolved, gold.log[-3000:]
     assert not empty.resolved and {t.test for t in empty.tests if not t.passed} == set(bug.FAIL_TO_PASS)

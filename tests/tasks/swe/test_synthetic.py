@@ -35,12 +35,12 @@ def test_unresolved_runs_rise_only_while_localising():
 
 
 def test_sft_data_splits_by_task(tmp_path):
-    from configs.swe_sft import get_config
-    from orchard.tasks.swe.sft_data import build_sft_data
+    from orchard.data.tokenizer import Tokenizer
+    from orchard.models.shipped import smollm2_gguf
+    from orchard.tasks.swe.sft_data import ExamplesConfig, build_examples
 
-    config = get_config("tiny")
-    config.data.synthetic_tasks, config.data.eval_fraction = 8, 0.25
-    train, evaluation = build_sft_data(config, str(tmp_path))
+    config = ExamplesConfig(synthetic_tasks=8, eval_fraction=0.25)
+    train, evaluation = build_examples(config, str(tmp_path), Tokenizer.from_gguf(smollm2_gguf()))
     with open(train) as handle:
         train_examples = [json.loads(line) for line in handle]
     with open(evaluation) as handle:

@@ -1,0 +1,66 @@
+"""SWE task instances as :class:`~orchard.harness.task.Task`\\ s: set up the repository, grade the submission.
+
+:class:`SWETask` wraps an :class:`~orchard.tasks.swe.instance.SWEInstance`. Its ``setup`` puts the
+repository into the sandbox (:func:`~orchard.tasks.swe.workspace.setup_workspace`); its ``grade``
+resets the repository to its base and grades the episode's submission by SWE-bench's rules
+(:func:`~orchard.tasks.swe.grading.grade_submission`), recording what the grader found in
+``trajectory.metadata["grade"]``. The reward is the paper's environment-grounded binary reward:
++1 when the patch resolves the task, -1 otherwise.
+
+An episode that submitted nothing is unresolved without running the tests: a FAIL_TO_PASS test
+fails at the base commit by definition (the generator and SWE-bench check it), so the grader
+would only confirm it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from orchard.data.trajectory import Outcome, Trajectory
+from orchard.env.client import AsyncSandbox
+from orchard.harness.core import Limits
+from orchard.harness.task import TaskFamily
+from orchard.tasks.swe.grading import grade_submission
+from orchard.tasks.swe.instance import SWEInstance
+from orchard.tasks.swe.workspace import reset_workspace, setup_workspace
+
+# The paper runs each SWE task in a 2 vCPU / 8 GiB sandbox; the embedded tasks need far less.
+SWE_FAMILY = TaskFamily("swe", sandbox={"cpu": 1.0, "memory": "2Gi", "ttl": 300.0, "network": "none"},
+                        limits=Limits(max_steps=100, time_limit=3600.0), setup_in_files=True)
+RESOLVED, UNRESOLVED = 1.0, -1.0
+
+
+@dataclass(frozen=True)
+class SWETask:
+    """An SWE instance as a task (see the module docstring)."""
+
+    instance: SWEInstance
+    family: TaskFamily = SWE_FAMILY
+    grade_timeout: float = 900.0
+
+    @property
+    def id(self) -> str:
+        return self.instance.instance_id
+
+    @property
+    def prompt(self) -> str:
+        return self.instance.problem_statement
+
+    async def setup(self, sandbox: AsyncSandbox) -> None:
+        await setup_workspace(sandbox, self.instance)
+
+    async def grade(self, sandbox: AsyncSandbox, trajectory: Trajectory) -> Outcome:
+        submission = trajectory.metadata.get("submission") or ""
+        if not submission.strip():
+            trajectory.metadata["grade"] = {"instance_id": self.id, "resolved": False, "reason": "no_submission"}
+            return Outcome(reward=UNRESOLVED, resolved=False)
+        await reset_workspace(sandbox)
+        result = await grade_submission(sandbox, self.instance, submission, timeout=self.grade_timeout)
+        trajectory.metadata["grade"] = result.to_dict()
+        return Outcome(reward=RESOLVED if result.resolved else UNRESOLVED, resolved=result.resolved)
+
+
+def swe_tasks(instances: Iterable[SWEInstance], family: TaskFamily = SWE_FAMILY) -> list[SWETask]:
+    """Tasks of ``instances``, all of ``family``."""
+    return [SWETask(instance, family) for instance in instances]
