@@ -8,7 +8,8 @@ positive count is the feasible one closest to ``rho* * N`` (ties go to the small
 each side, rollouts are taken in order of status (``completed`` before ``truncated``), then length
 (shorter first). Only completed and truncated rollouts are usable. After ``N_max`` rollouts it
 retries with the relaxed window ``[0, 1]``, and if even that fails (too few usable rollouts), it
-takes the top-ranked ``N`` of the whole pool.
+takes the top-ranked of the usable ones: never an aborted or timed-out rollout, nor one whose
+reward is ``None`` (the group may then be smaller than ``N``, or empty).
 
 Baselines behind the same interface: fixed-N GRPO (take the first ``N``), and DAPO-style dynamic
 filtering (a group without reward variance is dropped and the caller moves to a new prompt).
@@ -55,13 +56,18 @@ def assemble_group(pool: Sequence[R], group_size: int, rho_min: float, rho_max: 
 
 
 def top_ranked(pool: Sequence[R], group_size: int) -> list[R]:
-    """The best ``group_size`` rollouts of the pool: highest reward, then status, then length."""
-    scored = [r for r in pool if r.reward is not None]
-    return sorted(scored, key=lambda r: (-r.reward, USABLE.get(r.status, len(USABLE)), r.length))[:group_size]
+    """The best ``group_size`` usable rollouts of the pool (completed or truncated, with a reward):
+    highest reward, then status, then length."""
+    usable = [r for r in pool if r.status in USABLE and r.reward is not None]
+    return sorted(usable, key=lambda r: (-r.reward, USABLE[r.status], r.length))[:group_size]
 
 
 def _positives(rollouts: Sequence[Rollout]) -> int:
     return sum(r.reward is not None and r.reward > 0 for r in rollouts)
+
+
+def _dropped(rollouts: Sequence[Rollout]) -> int:
+    return sum(r.reward is None for r in rollouts)
 
 
 def has_variance(group: Sequence[Rollout]) -> bool:
@@ -74,6 +80,7 @@ class GroupResult(Generic[R]):
     spent: int  # rollouts generated for this prompt
     fallback: Literal["none", "relaxed", "top_ranked"] = "none"
     resolved: int = 0  # positive rollouts among all ``spent``, chosen or not
+    dropped: int = 0  # rollouts among ``spent`` whose reward is None (in no group)
 
     @property
     def informative(self) -> bool:
@@ -103,10 +110,11 @@ class BAR:
         while len(pool) < self.max_budget:
             pool += await generate(min(self.stride, self.max_budget - len(pool)))
             if (group := assemble_group(pool, self.group_size, self.rho_min, self.rho_max)) is not None:
-                return GroupResult(group, len(pool), resolved=_positives(pool))
+                return GroupResult(group, len(pool), resolved=_positives(pool), dropped=_dropped(pool))
         if (group := assemble_group(pool, self.group_size, 0.0, 1.0)) is not None:
-            return GroupResult(group, len(pool), "relaxed", _positives(pool))
-        return GroupResult(top_ranked(pool, self.group_size), len(pool), "top_ranked", _positives(pool))
+            return GroupResult(group, len(pool), "relaxed", _positives(pool), _dropped(pool))
+        return GroupResult(top_ranked(pool, self.group_size), len(pool), "top_ranked", _positives(pool),
+                           _dropped(pool))
 
 
 @dataclass
@@ -116,8 +124,9 @@ class FixedGroup:
     group_size: int = 8
 
     async def sample(self, generate: Generate) -> GroupResult:
-        group = [r for r in await generate(self.group_size) if r.reward is not None]
-        return GroupResult(group, self.group_size, resolved=_positives(group))
+        rollouts = await generate(self.group_size)
+        group = [r for r in rollouts if r.reward is not None]
+        return GroupResult(group, self.group_size, resolved=_positives(group), dropped=_dropped(rollouts))
 
 
 @dataclass
@@ -128,5 +137,30 @@ class DynamicFilter:
     group_size: int = 8
 
     async def sample(self, generate: Generate) -> GroupResult:
-        group = [r for r in await generate(self.group_size) if r.reward is not None]
-        return GroupResult(group if has_variance(group) else [], self.group_size, resolved=_positives(group))
+        rollouts = await generate(self.group_size)
+        group = [r for r in rollouts if r.reward is not None]
+        return GroupResult(group if has_variance(group) else [], self.group_size, resolved=_positives(group),
+                           dropped=_dropped(rollouts))
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """A group sampler by name: ``bar`` (the paper's), ``fixed`` (GRPO) or ``dynamic`` (DAPO)."""
+
+    name: Literal["bar", "fixed", "dynamic"] = "bar"
+    group_size: int = 8
+    max_budget: int = 16  # BAR only
+    stride: int = 16  # BAR only
+    rho_min: float = 0.375  # BAR only
+    rho_max: float = 0.625  # BAR only
+
+
+def make_sampler(config: SamplerConfig) -> GroupSampler:
+    """The group sampler ``config`` names."""
+    if config.name == "bar":
+        return BAR(config.group_size, config.max_budget, config.stride, config.rho_min, config.rho_max)
+    if config.name == "fixed":
+        return FixedGroup(config.group_size)
+    if config.name == "dynamic":
+        return DynamicFilter(config.group_size)
+    raise ValueError(f"unknown group sampler {config.name!r}: bar, fixed or dynamic")

@@ -1,67 +1,126 @@
-"""The RL loop: rollouts in sandboxes, training groups from a group sampler, a GRPO update, a weight sync.
+"""The RL loop over any task family: rollouts in sandboxes, groups from a group sampler, a GRPO update,
+a weight sync.
 
-Each step draws ``prompts_per_step`` task instances. For each, the group sampler
-(:mod:`orchard.train.bar`: BAR, fixed-N GRPO or dynamic filtering) asks for rollouts ``k`` at a
-time; a rollout is one graded episode (:func:`orchard.tasks.swe.collect.collect_one`: a fresh
-sandbox, the harness driven by the policy, SWE-bench grading, the sandbox always deleted), run
-concurrently up to ``concurrency`` sandboxes. The reward is +1 when the patch resolves the task and
--1 otherwise; a rollout that failed for reasons outside the policy (the engine or the sandbox
-raised) has no reward and is dropped. The chosen groups become GRPO rows
-(:mod:`orchard.train.rollouts`) for one update of the shared train step with the clipped policy
-loss (:mod:`orchard.train.grpo`), and the new weights go to the engine before the next step's
-rollouts (immediate for :class:`~orchard.rollout.jax_engine.JaxEngine`; ``OpenAIEngine`` and vLLM
-through their weight-sync hook).
+Each step draws ``prompts_per_step`` tasks (:class:`~orchard.harness.task.Task`: SWE, GUI, Claw or
+your own). For each, the group sampler (:mod:`orchard.train.bar`: BAR, fixed-N GRPO or dynamic
+filtering) asks for rollouts ``k`` at a time; a rollout is one graded episode
+(:class:`~orchard.harness.episode.EpisodeRunner`: a fresh sandbox, ``task.setup``, the harness
+driven by the policy, ``task.grade``, the sandbox always deleted), run concurrently up to
+``rollout.concurrency`` sandboxes. The reward is the task's (``Outcome.reward``). A reward of
+``None`` drops the rollout everywhere (it is in no group, no row and no mean): the task's grader
+said the episode tells nothing of the policy, the engine or the sandbox failed, or the episode ran
+out of its wall-clock budget, which the paper excludes from training rather than scoring as a
+failure. The chosen groups become GRPO rows (:mod:`orchard.train.rollouts`, per trajectory or per
+turn) for the update of the shared train step with the clipped policy loss
+(:mod:`orchard.train.grpo`), and the new weights go to the engine before the next step's rollouts
+(immediate for :class:`~orchard.rollout.jax_engine.JaxEngine`; through a weight sync for
+:class:`~orchard.rollout.openai_engine.OpenAIEngine` and vLLM).
 
-Before the first step, ``rl.pass_filter`` can keep only the prompts whose pass rate under the
-initial policy lies in a window (:func:`filter_by_pass_rate`), as the paper's RL set does.
+Every episode's seed is :func:`~orchard.harness.seeds.episode_seed` of (run seed, step, task id,
+sample index): a rerun samples the same rollouts whatever order they finish in.
+
+Before the first step, ``pass_filter`` can keep only the tasks whose pass rate under the initial
+policy lies in a window (:func:`filter_by_pass_rate`), as the paper's RL set does.
 
 Metrics per step: reward, resolve rate, informative-group fraction, rollouts per group, fallbacks,
-tokens per second, and the time split between rollouts and learning.
+dropped rollouts, tokens per second, and the time split between rollouts and learning.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
 import os
 import random
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 from tqdm.auto import tqdm
 
-from orchard.data.chat import ChatMLFormat, Qwen3Format
+from orchard.data.chat import ChatFormat, make_chat_format
 from orchard.data.tokenizer import Tokenizer
-from orchard.data.trajectory import Outcome, Trajectory
+from orchard.data.trajectory import Trajectory
 from orchard.env.client import AsyncSandboxClient
-from orchard.harness.core import Harness, Limits, Policy
+from orchard.eval.runner import RolloutConfig
+from orchard.harness.core import Harness, Policy
+from orchard.harness.episode import EpisodeRunner, SetupCache
 from orchard.harness.policies import EnginePolicy
-from orchard.models.sharding import make_mesh
-from orchard.models.shipped import resolve
-from orchard.models.weights import save_pretrained
+from orchard.harness.seeds import derive_seed, episode_seed
+from orchard.harness.task import Task
+from orchard.models.build import ModelSpec, build_model
+from orchard.models.sharding import MeshConfig
+from orchard.models.weights import ModelWeights
 from orchard.rollout.engine import RolloutEngine
 from orchard.rollout.jax_engine import JaxEngine
 from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
-from orchard.rollout.sampler import SamplingParams
-from orchard.tasks.swe.collect import collect_one
-from orchard.tasks.swe.instance import SWEInstance
-from orchard.train.bar import BAR, DynamicFilter, FixedGroup, GroupResult, GroupSampler
+from orchard.train.bar import GroupResult, GroupSampler, SamplerConfig, make_sampler
 from orchard.train.checkpoint import Checkpointer
 from orchard.train.grpo import group_advantages, make_policy_loss
 from orchard.train.metrics import MetricsWriter
-from orchard.train.rollouts import pack_rollouts, policy_example
-from orchard.train.sft import build_model
-from orchard.train.state import TrainState, batch_sharding, init_state, make_optimizer, make_train_step
+from orchard.train.rollouts import RowsPer, pack_rollouts, policy_rows
+from orchard.train.state import (
+    OptimConfig,
+    TrainState,
+    batch_sharding,
+    init_state,
+    make_optimizer,
+    make_train_step,
+)
+from orchard.workdir import Stage, read_json, write_json
 
-INFRASTRUCTURE = {"policy_error", "sandbox_error"}
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The rollout engine: ``jax`` (in process, over the learner's own parameters) or ``vllm`` /
+    ``openai`` (a server at ``url`` serving ``served_model``, whose weights are synced by writing
+    safetensors to ``weights_dir``, the directory it serves, and asking it to reload)."""
+
+    kind: str = "jax"
+    url: str = ""
+    served_model: str = ""
+    weights_dir: str = ""
+    api_key: str = "EMPTY"
+
+
+@dataclass(frozen=True)
+class PassFilterConfig:
+    """Keep the tasks whose pass rate ``p`` over ``samples`` rollouts has ``low < p <= high`` (0: off)."""
+
+    samples: int = 0
+    low: float = 0.0
+    high: float = 0.5
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    seed: int = 0
+    num_steps: int = 10
+    checkpoint_every: int = 2
+    prompts_per_step: int = 8
+    updates_per_batch: int = 1  # GRPO's iterations: policy updates on each step's rollouts
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    seq_len: int = 2048  # the learner's rows
+    rows: int = 64  # the most rows an update packs: a step's chosen rollouts must fit
+    micro_rows: int = 8  # rows per micro-batch: an update accumulates gradients over micro-batches of this size
+    rows_per: RowsPer = "trajectory"
+    chat_format: str = "qwen3"
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    pass_filter: PassFilterConfig = field(default_factory=PassFilterConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
 
 
 @dataclass
@@ -75,49 +134,24 @@ class ScoredRollout:
 
 
 def score(trajectory: Trajectory) -> ScoredRollout:
-    """+1 resolved, -1 not; ``None`` when the episode failed outside the policy's control."""
-    failed = trajectory.metadata.get("end_reason") in INFRASTRUCTURE
-    reward = None if failed else (1.0 if trajectory.outcome.resolved else -1.0)
+    """The task's reward (``None``: dropped), the run's status and the sampled length."""
     length = sum(len(m.token_ids or ()) for m in trajectory.messages)
-    return ScoredRollout(trajectory, reward, trajectory.outcome.status, length)
+    return ScoredRollout(trajectory, trajectory.outcome.reward, trajectory.outcome.status, length)
 
 
 class RolloutWorkers:
-    """Graded episodes of one policy and harness, at most ``concurrency`` sandboxes at a time.
+    """Scored rollouts of one policy and harness, seeded by (run seed, step, task, sample index)."""
 
-    A rollout never raises. The agent's own wall clock is ``limits.time_limit`` (running out is the
-    policy's failure: reward -1). The whole rollout, with sandbox set-up and grading, gets
-    ``rollout_seconds``; past it, or when the sandbox or the grader fails, the rollout comes back
-    with reward ``None`` (dropped) and ``end_reason`` ``sandbox_error``. The sandbox is deleted in
-    every case (:func:`~orchard.harness.episode.run_episode`).
-    """
+    def __init__(self, runner: EpisodeRunner, seed: int = 0) -> None:
+        self.runner, self.seed = runner, seed
 
-    def __init__(self, client: AsyncSandboxClient, harness: Harness, policy: Policy, limits: Limits,
-                 concurrency: int, rollout_seconds: float | None = None) -> None:
-        self.client, self.harness, self.policy, self.limits = client, harness, policy, limits
-        self.gate = asyncio.Semaphore(concurrency)
-        self.rollout_seconds = rollout_seconds
-        self.spent = 0
-
-    async def rollouts(self, instance: SWEInstance, count: int, seed: int) -> list[ScoredRollout]:
-        async def one(index: int) -> ScoredRollout:
-            async with self.gate:
-                try:
-                    async with asyncio.timeout(self.rollout_seconds):
-                        trajectory = await collect_one(self.client, instance, self.harness, self.policy,
-                                                       self.limits, seed=seed + index)
-                except Exception as exc:  # TimeoutError included: infrastructure, not the policy
-                    log.warning("rollout %s/%d failed: %s: %s", instance.instance_id, seed + index,
-                                type(exc).__name__, exc)
-                    trajectory = Trajectory(task_id=instance.instance_id, policy=self.policy.name,
-                                            harness=self.harness.name, messages=[],
-                                            outcome=Outcome(status="aborted"),
-                                            metadata={"end_reason": "sandbox_error", "seed": seed + index,
-                                                      "error": f"{type(exc).__name__}: {exc}"})
-            return score(trajectory)
-
-        start, self.spent = self.spent, self.spent + count
-        return list(await asyncio.gather(*(one(start + i) for i in range(count))))
+    async def rollouts(self, task: Task, step: int | str, first: int, count: int) -> list[ScoredRollout]:
+        """Samples ``first .. first + count - 1`` of ``task`` at ``step``, concurrently."""
+        trajectories = await asyncio.gather(*(
+            self.runner.run_one(task, episode_seed(self.seed, step, task.id, sample),
+                                metadata={"step": step, "sample": sample})
+            for sample in range(first, first + count)))
+        return [score(t) for t in trajectories]
 
 
 @dataclass
@@ -126,23 +160,29 @@ class StepResult:
     metrics: dict[str, float]
 
 
-async def gather_groups(workers: RolloutWorkers, sampler: GroupSampler, instances: Sequence[SWEInstance],
-                        step_seed: int, spares: Sequence[SWEInstance] = ()) -> list[GroupResult]:
-    """One group per instance, sampled concurrently. A prompt the sampler drops (dynamic
-    filtering: no reward variance) is replaced by the next of ``spares``, while they last, as DAPO
-    draws new prompts; the dropped groups are returned too, so their rollouts are counted."""
+async def gather_groups(workers: RolloutWorkers, sampler: GroupSampler, tasks: Sequence[Task], step: int,
+                        spares: Sequence[Task] = ()) -> list[GroupResult]:
+    """One group per task, sampled concurrently. A task the sampler drops (dynamic filtering: no
+    reward variance) is replaced by the next of ``spares``, while they last, as DAPO draws new
+    prompts; the dropped groups are returned too, so their rollouts are counted."""
     queue = list(spares)
 
-    async def group(index: int, instance: SWEInstance) -> list[GroupResult]:
+    async def group(task: Task) -> list[GroupResult]:
         results = []
         while True:
-            seed = step_seed * 100_000 + index * 1000 + len(results) * 100
-            results.append(await sampler.sample(lambda k, inst=instance, seed=seed: workers.rollouts(inst, k, seed)))
+            drawn = 0
+
+            async def generate(k: int, task: Task = task) -> list[ScoredRollout]:
+                nonlocal drawn
+                first, drawn = drawn, drawn + k
+                return await workers.rollouts(task, step, first, k)
+
+            results.append(await sampler.sample(generate))
             if results[-1].group or not queue:
                 return results
-            instance = queue.pop(0)
+            task = queue.pop(0)
 
-    per_prompt = await asyncio.gather(*(group(i, inst) for i, inst in enumerate(instances)))
+    per_prompt = await asyncio.gather(*(group(task) for task in tasks))
     return [result for results in per_prompt for result in results]
 
 
@@ -159,30 +199,64 @@ def group_metrics(groups: Sequence[GroupResult]) -> dict[str, float]:
         "fallback_relaxed": float(sum(g.fallback == "relaxed" for g in groups)),
         "fallback_top_ranked": float(sum(g.fallback == "top_ranked" for g in groups)),
         "groups_dropped": float(sum(not g.group for g in groups)),
+        "rollouts_dropped": float(sum(g.dropped for g in groups)),
         "rollouts_per_update": sum(g.spent for g in groups) / max(sum(bool(g.group) for g in groups), 1),
     }
 
 
-def policy_rows(groups: Sequence[GroupResult], chat_format: ChatMLFormat, seq_len: int, rows: int
-                ) -> dict[str, np.ndarray]:
-    """GRPO rows for the chosen groups: each rollout with its group-relative advantage."""
-    examples = []
-    for result in groups:
-        for rollout, advantage in zip(result.group, group_advantages([r.reward for r in result.group]), strict=True):
-            examples.append(policy_example(rollout.trajectory, advantage, chat_format))
-    return pack_rollouts(examples, seq_len, rows)
+@dataclass
+class Learner:
+    """The trainer's side of a step: rows from groups, the update, and the weight sync."""
+
+    graphdef: Any
+    train_step: Any
+    mesh: Any
+    engine: RolloutEngine
+    chat_format: ChatFormat
+    config: RLConfig
+
+    def rows(self, groups: Sequence[GroupResult]) -> dict[str, np.ndarray]:
+        """GRPO rows for the chosen groups, each rollout with its group-relative advantage, as
+        ``[micro-batches, micro_rows, seq_len]`` arrays (the rows padded to whole micro-batches)."""
+        examples = []
+        for result in groups:
+            rewards = [r.reward for r in result.group]
+            for rollout, advantage in zip(result.group, group_advantages(rewards), strict=True):
+                examples += policy_rows(rollout.trajectory, advantage, self.chat_format, self.config.rows_per)
+        micro = self.config.micro_rows
+        packed = pack_rollouts(examples, self.config.seq_len, self.config.rows, micro)
+        return {k: v.reshape(-1, micro, *v.shape[1:]) for k, v in packed.items()}
+
+    def sync(self, state: TrainState) -> None:
+        """Serve ``state``'s parameters; the weight version is the number of updates."""
+        self.engine.update_weights(ModelWeights(self.graphdef, state.params, version=int(state.step)))
+
+    def update(self, state: TrainState, groups: Sequence[GroupResult]) -> tuple[TrainState, dict[str, float]]:
+        """``updates_per_batch`` updates on the groups' rows, then the sync. The loss is the first
+        update's (at ratio 1); the grad norm is their mean."""
+        batch = jax.device_put(self.rows(groups), batch_sharding(self.mesh))
+        learner = []
+        for _ in range(self.config.updates_per_batch):  # after the first, the ratio moves and the clip bounds it
+            state, out = self.train_step(state, batch)
+            learner.append({k: float(v) for k, v in jax.device_get(out).items()})
+        self.sync(state)
+        return state, {"loss": learner[0]["loss"], "grad_norm": statistics.fmean(u["grad_norm"] for u in learner),
+                       "lr": learner[0]["lr"], "trained_tokens": learner[0]["tokens"]}
 
 
-async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, engine: RolloutEngine,
-                  workers: RolloutWorkers, sampler: GroupSampler, instances: Sequence[SWEInstance],
-                  chat_format: ChatMLFormat, mesh: Any, *, prompts_per_step: int, seq_len: int, rows: int,
-                  seed: int, updates: int = 1) -> tuple[TrainState, StepResult]:
-    """Rollouts, ``updates`` GRPO updates on them and the weight sync; returns the new state and the
-    step's metrics (the loss is the first update's, at ratio 1; the grad norm is their mean)."""
-    drawn = random.Random(seed * 1_000_003 + step).sample(list(instances), min(2 * prompts_per_step, len(instances)))
-    chosen, spares = drawn[:prompts_per_step], drawn[prompts_per_step:]  # spares replace dropped prompts
+def draw_tasks(tasks: Sequence[Task], count: int, seed: int, step: int) -> tuple[list[Task], list[Task]]:
+    """The step's tasks and as many spares (which replace dropped ones), drawn by the one seed formula."""
+    drawn = random.Random(derive_seed(seed, "prompts", step)).sample(list(tasks), min(2 * count, len(tasks)))
+    return drawn[:count], drawn[count:]
+
+
+async def rl_step(step: int, state: TrainState, learner: Learner, workers: RolloutWorkers, sampler: GroupSampler,
+                  tasks: Sequence[Task]) -> tuple[TrainState, StepResult]:
+    """Rollouts, the update and the weight sync of step ``step``; returns the new state and its metrics."""
+    config = learner.config
+    chosen, spares = draw_tasks(tasks, config.prompts_per_step, config.seed, step)
     started = time.perf_counter()
-    groups = await gather_groups(workers, sampler, chosen, seed * 1000 + step, spares)
+    groups = await gather_groups(workers, sampler, chosen, step, spares)
     rollout_s = time.perf_counter() - started
     metrics = group_metrics(groups)
     trained = [g for g in groups if g.group]
@@ -191,151 +265,131 @@ async def rl_step(step: int, state: TrainState, train_step: Any, graphdef: Any, 
         metrics.update({"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "trained_tokens": 0.0, "rollout_s": rollout_s,
                         "learn_s": 0.0, "tokens_per_s": 0.0})
         return state, StepResult(groups, metrics)
-    packed = policy_rows(trained, chat_format, seq_len, rows)
     started = time.perf_counter()
-    batch = jax.device_put({k: v[None] for k, v in packed.items()}, batch_sharding(mesh))
-    learner = []
-    for _ in range(updates):  # after the first, the ratio to the rollouts' logprobs moves and the clip bounds it
-        state, out = train_step(state, batch)
-        learner.append({k: float(v) for k, v in jax.device_get(out).items()})
-    engine.update_weights(nnx.merge(graphdef, state.params))
+    state, update = learner.update(state, trained)
     learn_s = time.perf_counter() - started
-    tokens = learner[0]["tokens"]  # the batch's loss-mask count, the same for every update
-    metrics.update({"loss": learner[0]["loss"], "grad_norm": statistics.fmean(u["grad_norm"] for u in learner),
-                    "lr": learner[0]["lr"], "trained_tokens": tokens, "rollout_s": rollout_s, "learn_s": learn_s,
-                    "tokens_per_s": tokens / max(rollout_s + learn_s, 1e-9)})
+    metrics.update(update)
+    metrics.update({"rollout_s": rollout_s, "learn_s": learn_s,
+                    "tokens_per_s": update["trained_tokens"] / max(rollout_s + learn_s, 1e-9)})
     return state, StepResult(groups, metrics)
 
 
-async def filter_by_pass_rate(workers: RolloutWorkers, instances: Sequence[SWEInstance], samples: int,
-                              low: float, high: float, seed: int) -> tuple[list[SWEInstance], dict[str, float]]:
-    """The paper's RL prompt filter: ``samples`` rollouts of every instance by the initial policy,
+async def filter_by_pass_rate(workers: RolloutWorkers, tasks: Sequence[Task], samples: int, low: float,
+                              high: float) -> tuple[list[Task], dict[str, float]]:
+    """The paper's RL prompt filter: ``samples`` rollouts of every task by the initial policy,
     keeping those whose pass rate ``p`` has ``low < p <= high`` (the paper: 0 < p <= 0.5). A prompt
     the policy always solves or always fails gives groups with no variance, which BAR can only
-    meet with its fallbacks. Returns the kept instances and every instance's pass rate (``nan``
-    when every rollout of it was dropped)."""
+    meet with its fallbacks. Returns the kept tasks and every task's pass rate (``nan`` when every
+    rollout of it was dropped)."""
     rates: dict[str, float] = {}
 
-    async def measure(index: int, instance: SWEInstance) -> None:
-        rewards = [r.reward for r in await workers.rollouts(instance, samples, seed + index * 1000)
-                   if r.reward is not None]
-        rates[instance.instance_id] = sum(r > 0 for r in rewards) / len(rewards) if rewards else float("nan")
+    async def measure(task: Task) -> None:
+        rewards = [r.reward for r in await workers.rollouts(task, "pass_filter", 0, samples) if r.reward is not None]
+        rates[task.id] = sum(r > 0 for r in rewards) / len(rewards) if rewards else float("nan")
 
-    with tqdm(total=len(instances), desc="rl prompts: pass rate", unit="prompt") as bar:
-        for done in asyncio.as_completed([measure(i, inst) for i, inst in enumerate(instances)]):
+    with tqdm(total=len(tasks), desc="rl prompts: pass rate", unit="prompt") as bar:
+        for done in asyncio.as_completed([measure(task) for task in tasks]):
             await done
             bar.update()
-    kept = [i for i in instances if low < rates[i.instance_id] <= high]
-    log.info("pass-rate filter: %d of %d prompts have %g < p <= %g (%d rollouts)", len(kept), len(instances), low,
-             high, samples * len(instances))
+    kept = [t for t in tasks if low < rates[t.id] <= high]
+    log.info("pass-rate filter: %d of %d prompts have %g < p <= %g (%d rollouts)", len(kept), len(tasks), low,
+             high, samples * len(tasks))
     return kept, rates
 
 
-async def rl_prompts(config: Any, workdir: str, workers: RolloutWorkers, instances: Sequence[SWEInstance]
-                     ) -> list[SWEInstance]:
-    """RL's prompts: ``instances``, or with ``rl.pass_filter.samples`` those that pass
-    :func:`filter_by_pass_rate` under the initial policy (all of them, with a warning, when none
-    does). The choice is saved in ``workdir/prompts.json``, so a resumed run keeps it."""
+async def rl_prompts(config: PassFilterConfig, workdir: str, workers: RolloutWorkers, tasks: Sequence[Task]
+                     ) -> list[Task]:
+    """RL's prompts: ``tasks``, or with ``config.samples`` those that pass :func:`filter_by_pass_rate`
+    under the initial policy (all of them, with a warning, when none does). The choice is saved in
+    ``workdir/prompts.json``, so a resumed run keeps it."""
     path = os.path.join(workdir, "prompts.json")
     if os.path.exists(path):
-        with open(path) as handle:
-            chosen = set(json.load(handle)["prompts"])
-        return [i for i in instances if i.instance_id in chosen]
-    kept, rates = list(instances), {}
-    if (spec := config.rl.pass_filter).samples:
-        kept, rates = await filter_by_pass_rate(workers, instances, spec.samples, spec.low, spec.high, config.seed)
+        chosen = set(read_json(path)["prompts"])
+        return [t for t in tasks if t.id in chosen]
+    kept, rates = list(tasks), {}
+    if config.samples:
+        kept, rates = await filter_by_pass_rate(workers, tasks, config.samples, config.low, config.high)
         if not kept:
-            log.warning("no prompt passed the pass-rate filter; RL samples all %d", len(instances))
-            kept = list(instances)
-    os.makedirs(workdir, exist_ok=True)
-    with open(path, "w") as handle:
-        json.dump({"prompts": [i.instance_id for i in kept], "pass_rates": rates}, handle, indent=1)
+            log.warning("no prompt passed the pass-rate filter; RL samples all %d", len(tasks))
+            kept = list(tasks)
+    write_json(path, {"prompts": [t.id for t in kept], "pass_rates": rates})
     return kept
 
 
-def make_engine(config: Any, model: Any, tokenizer: Tokenizer) -> RolloutEngine:
-    """The rollout engine a config names: ``jax`` (in process, over the learner's own model) or
-    ``vllm`` / ``openai`` (a server at ``url`` serving ``served_model``, whose weights are synced by
-    writing safetensors to ``weights_dir``, the directory it serves, and asking it to reload)."""
+def make_engine(config: EngineConfig, model: Any, tokenizer: Tokenizer) -> RolloutEngine:
+    """The rollout engine ``config`` names (see :class:`EngineConfig`)."""
     if config.kind == "jax":
         return JaxEngine(model, tokenizer)
     if config.kind in ("vllm", "openai"):
-        return OpenAIEngine(config.url, config.served_model, api_key=config.get("api_key", "EMPTY"),
+        return OpenAIEngine(config.url, config.served_model, api_key=config.api_key,
                             weight_sync=ReloadFromDisk(config.weights_dir))
     raise ValueError(f"unknown rollout engine {config.kind!r}: jax, vllm or openai")
 
 
-def make_sampler(config: Any) -> GroupSampler:
-    """The group sampler a config names: ``bar`` (the paper's), ``fixed`` (GRPO) or ``dynamic`` (DAPO)."""
-    if config.name == "bar":
-        return BAR(config.group_size, config.max_budget, config.stride, config.rho_min, config.rho_max)
-    if config.name == "fixed":
-        return FixedGroup(config.group_size)
-    if config.name == "dynamic":
-        return DynamicFilter(config.group_size)
-    raise ValueError(f"unknown group sampler {config.name!r}: bar, fixed or dynamic")
+def make_policy(config: RLConfig, engine: RolloutEngine, chat_format: ChatFormat,
+                temperature: float | None = None) -> Policy:
+    """The policy RL samples with (and evaluation, at ``temperature``), over ``engine``."""
+    return EnginePolicy(engine, chat_format, config.rollout.sampling(config.seed, temperature),
+                        concurrency=1 if config.engine.kind == "jax" else config.rollout.concurrency)
 
 
-async def train_rl(config: Any, workdir: str, client: AsyncSandboxClient, instances: Sequence[SWEInstance],
-                   harness: Harness, export_dir: str | None = None) -> dict[str, float]:
-    """Run ``config.num_steps`` RL steps in ``workdir`` (resuming from its checkpoints); return the
-    last step's metrics. With ``export_dir``, the final policy is written there as an HF directory.
+async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, tasks: Sequence[Task],
+                   harness: Harness, *, policy: str, tokenizer: str | None = None,
+                   inputs: dict[str, str] | None = None, rerun: bool = False,
+                   setups: SetupCache | None = None) -> dict[str, float]:
+    """Run ``config.num_steps`` RL steps in ``workdir`` from the policy in ``policy`` (an HF
+    directory or a ``.gguf``) with the tokenizer in ``tokenizer`` (default: beside the policy);
+    return the last step's metrics. The final policy is
+    written to ``workdir/model`` (weights and tokenizer). ``workdir`` is a
+    :class:`~orchard.workdir.Stage` (``inputs`` are the fingerprints of what made the policy and
+    the tasks): a killed run resumes from its checkpoints, a finished one returns its result, and
+    one made by another config is an error unless ``rerun``. ``setups`` (default: one of its own)
+    forks each rollout from its task's set-up snapshot.
 
     The rollout engine is ``config.engine`` (:func:`make_engine`): on the embedded default the
     in-process :class:`~orchard.rollout.jax_engine.JaxEngine` over the learner's own parameters, so
     the weight sync after each update is immediate; on clusters a vLLM server.
     """
-    rl = config.rl
-    mesh = make_mesh(config.mesh.fsdp, config.mesh.tp)
-    model = build_model(config.model, config.seed)
-    tokenizer = Tokenizer.from_pretrained(resolve(config.tokenizer.path))
-    chat = Qwen3Format(tokenizer)
-    engine = make_engine(config.engine, model, tokenizer)
-    policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=rl.max_new_tokens, temperature=rl.temperature,
-                                                       seed=config.seed),
-                          concurrency=1 if config.engine.kind == "jax" else rl.concurrency)
-    optimizer, schedule = make_optimizer(config.optim.peak_lr, config.optim.final_lr, config.optim.warmup_steps,
-                                         config.num_steps * rl.updates_per_batch, config.optim.weight_decay,
-                                         config.optim.clip_norm)
+    stage = Stage(workdir, "rl", config, inputs)
+    if stage.open(rerun) == "done":
+        return stage.summary()
+    mesh = config.mesh.make()
+    model = build_model(ModelSpec(path=policy, dtype=config.dtype, param_dtype=config.param_dtype), config.seed)
+    vocabulary = Tokenizer.from_pretrained(tokenizer or policy)
+    chat_format = make_chat_format(config.chat_format, vocabulary)
+    engine = make_engine(config.engine, model, vocabulary)
+    optimizer, schedule = make_optimizer(config.optim, config.num_steps * config.updates_per_batch)
     graphdef, state = init_state(model, optimizer, mesh)
+    del model
+    learner = Learner(graphdef, make_train_step(graphdef, optimizer, schedule,
+                                                loss_fn=make_policy_loss(config.eps_low, config.eps_high)),
+                      mesh, engine, chat_format, config)
     checkpointer = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint_every)
     if (latest := checkpointer.latest_step()) is not None:
         state = checkpointer.restore(latest, state)
-        engine.update_weights(nnx.merge(graphdef, state.params))
-    train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss(rl.eps_low, rl.eps_high))
-    limits = Limits(max_steps=rl.max_turns, max_tokens=rl.max_context, time_limit=rl.episode_seconds)
-    workers = RolloutWorkers(client, harness, policy, limits, rl.concurrency,
-                             rollout_seconds=rl.episode_seconds * 2)
-    sampler = make_sampler(rl.sampler)
-    instances = await rl_prompts(config, workdir, workers, instances)
-    last: dict[str, float] = {}
-    first = int(state.step) // rl.updates_per_batch  # the state counts updates
-    with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=first, desc="rl", unit="step") as bar:
-        for step in range(first, config.num_steps):
-            state, result = await rl_step(step, state, train_step, graphdef, engine, workers, sampler, instances,
-                                          chat, mesh, prompts_per_step=rl.prompts_per_step, seq_len=rl.seq_len,
-                                          rows=rl.rows, seed=config.seed, updates=rl.updates_per_batch)
-            last = result.metrics
-            metrics.write(step + 1, last)
-            checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
-            bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",
-                            refresh=False)
-            bar.update()
+    learner.sync(state)  # the engine serves the learner's own (sharded) arrays from the first rollout on
+    async with contextlib.AsyncExitStack() as stack:
+        if setups is None:
+            setups = await stack.enter_async_context(SetupCache(client))
+        workers = RolloutWorkers(config.rollout.runner(client, harness, make_policy(config, engine, chat_format),
+                                                       setups), config.seed)
+        sampler = make_sampler(config.sampler)
+        tasks = await rl_prompts(config.pass_filter, workdir, workers, tasks)
+        last: dict[str, float] = {}
+        first = int(state.step) // config.updates_per_batch  # the state counts updates
+        with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=first, desc="rl",
+                                                     unit="step") as bar:
+            for step in range(first, config.num_steps):
+                state, result = await rl_step(step, state, learner, workers, sampler, tasks)
+                last = result.metrics
+                metrics.write(step + 1, last)
+                checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
+                bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",
+                                refresh=False)
+                bar.update()
     checkpointer.close()
-    if export_dir:
-        save_pretrained(nnx.merge(graphdef, state.params), export_dir)
+    export = os.path.join(workdir, "model")
+    ModelWeights(graphdef, state.params).save_pretrained(export)
+    vocabulary.save_pretrained(export)
+    stage.finish(last)
     return last
-
-
-async def evaluate(workers: RolloutWorkers, instances: Sequence[SWEInstance], samples: int = 1,
-                   seed: int = 0) -> tuple[dict[str, float], list[Trajectory]]:
-    """Held-out resolve rate of the workers' policy over ``samples`` graded episodes per instance,
-    and those episodes, so a failure can be read."""
-    runs = await asyncio.gather(*(workers.rollouts(instance, samples, seed=seed * 1000 + index * samples)
-                                  for index, instance in enumerate(instances)))
-    rollouts = [r for per_instance in runs for r in per_instance]
-    solved = [r.trajectory.outcome.resolved for r in rollouts]
-    stats = {"resolve_rate": statistics.fmean(solved) if solved else 0.0, "episodes": float(len(rollouts)),
-             "tasks_solved": float(sum(any(r.trajectory.outcome.resolved for r in per) for per in runs)),
-             "turns": statistics.fmean(r.trajectory.num_actions for r in rollouts) if rollouts else 0.0}
-    return stats, [r.trajectory for r in rollouts]

@@ -1,32 +1,48 @@
 """Rollouts to GRPO training rows: sampled tokens, their old logprobs and their advantage.
 
 A rollout is a :class:`~orchard.data.trajectory.Trajectory` whose assistant messages carry the
-token ids and logprobs the engine sampled. It is rendered with the chat format (sampled ids are
-used as they are), and only those sampled tokens carry loss; every one of them gets the
-trajectory's advantage. Rows are packed like SFT rows (:func:`orchard.data.pipeline.pack`), with
-``old_logprobs`` and ``advantages`` as extra per-token features.
+token ids and logprobs the engine sampled, and the prompt each was sampled under. Only the sampled
+tokens carry loss, and every one of them gets the trajectory's advantage. Rows come in two shapes
+(``rows_per``):
+
+* ``trajectory``: the whole conversation in one row (up to its last assistant turn), rendered
+  with the chat format, sampled ids used as they are; each turn's prefix is checked against the
+  prompt it was sampled under. This is what a policy that shows the whole conversation samples.
+* ``turn``: one row per assistant turn, the exact prompt that turn was sampled under followed by
+  its sampled ids. A policy whose context ``view`` drops earlier messages (the GUI recipe keeps
+  only the latest screenshot) samples turns that are not prefixes of one another: only these rows
+  train on what it saw.
+
+A row whose prompt differs from the sampled one, token for token, is a
+:class:`~orchard.data.examples.PromptMismatch`. Rows are packed like SFT rows
+(:func:`orchard.data.pipeline.pack`), with ``old_logprobs`` and ``advantages`` as extra per-token
+features.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
-from orchard.data.chat import ChatMLFormat, Source
+from orchard.data.chat import ChatFormat, Source
+from orchard.data.examples import ContextView, render_sampled, sampled_turns
 from orchard.data.pipeline import pack
 from orchard.data.trajectory import Trajectory
 
 FEATURES = ("old_logprobs", "advantages")
+RowsPer = Literal["trajectory", "turn"]
+Row = dict[str, list]
 
 
-def policy_example(trajectory: Trajectory, advantage: float | None, chat_format: ChatMLFormat) -> dict[str, list]:
-    """Token ids, loss mask, old logprobs and advantages of one rollout; ``advantage=None`` (a
-    dropped rollout) gives an all-zero loss mask."""
+def trajectory_row(trajectory: Trajectory, advantage: float | None, chat_format: ChatFormat) -> Row:
+    """Token ids, loss mask, old logprobs and advantages of one rollout in one row; ``advantage=None``
+    (a dropped rollout) gives an all-zero loss mask."""
     messages = list(trajectory.messages)
     while messages and messages[-1].role != "assistant":
         messages.pop()  # what came after the last action (its output, a submission) trains nothing
-    rendered = chat_format.render([m.to_chat() for m in messages], tools=trajectory.tools)
+    rendered = render_sampled(trajectory, chat_format, messages, require_prompts=True)
     size = len(rendered.token_ids)
     mask, old = [False] * size, [0.0] * size
     sampled = [m for m in messages if m.role == "assistant"]
@@ -43,8 +59,38 @@ def policy_example(trajectory: Trajectory, advantage: float | None, chat_format:
     return {"token_ids": rendered.token_ids, "loss_mask": mask, "old_logprobs": old, "advantages": [value] * size}
 
 
-def pack_rollouts(examples: Sequence[dict[str, list]], seq_len: int, rows: int) -> dict[str, np.ndarray]:
-    """Pack rollouts into exactly ``rows`` rows of ``seq_len`` (padding rows when fewer are needed).
+def turn_rows(trajectory: Trajectory, advantage: float | None, chat_format: ChatFormat,
+              view: ContextView | None = None) -> list[Row]:
+    """One row per sampled assistant turn: its prompt (rendered through ``view``, checked), then its ids."""
+    rows = []
+    for turn in sampled_turns(trajectory, chat_format, view):
+        ids, logprobs = list(turn.message.token_ids or ()), list(turn.message.logprobs or ())
+        if len(logprobs) != len(ids):
+            continue  # no logprobs recorded: no policy-gradient signal
+        size = len(turn.prompt) + len(ids)
+        mask = [False] * len(turn.prompt) + [advantage is not None] * len(ids)
+        value = 0.0 if advantage is None else advantage
+        rows.append({"token_ids": turn.prompt + ids, "loss_mask": mask,
+                     "old_logprobs": [0.0] * len(turn.prompt) + logprobs, "advantages": [value] * size})
+    return rows
+
+
+def policy_rows(trajectory: Trajectory, advantage: float | None, chat_format: ChatFormat, rows_per: RowsPer,
+                view: ContextView | None = None) -> list[Row]:
+    """The rows of one rollout, in the shape ``rows_per`` names (see the module docstring)."""
+    if rows_per == "trajectory":
+        if view is not None:
+            raise ValueError("a context view shows each turn its own prompt: build rows per turn")
+        return [trajectory_row(trajectory, advantage, chat_format)]
+    if rows_per == "turn":
+        return turn_rows(trajectory, advantage, chat_format, view)
+    raise ValueError(f"rows_per must be 'trajectory' or 'turn', not {rows_per!r}")
+
+
+def pack_rollouts(examples: Sequence[Row], seq_len: int, rows: int, multiple: int = 1) -> dict[str, np.ndarray]:
+    """Pack rollouts into rows of ``seq_len``, at most ``rows`` of them, padded with empty rows up to a
+    multiple of ``multiple`` (so a learner compiles one program per bucket, not per count, and
+    computes no more empty rows than the bucket needs).
 
     Raises ``ValueError`` if a rollout is longer than a row or they need more rows: the RL config
     must give the learner room for a whole step's rollouts, or the step would silently drop some.
@@ -52,11 +98,13 @@ def pack_rollouts(examples: Sequence[dict[str, list]], seq_len: int, rows: int) 
     if too_long := [len(e["token_ids"]) for e in examples if len(e["token_ids"]) > seq_len + 1]:
         raise ValueError(f"rollouts of {max(too_long)} tokens do not fit rows of {seq_len}: raise the learner's "
                          "seq_len or lower the rollouts' token limit")
+    if multiple < 1 or rows % multiple:
+        raise ValueError(f"rows ({rows}) must be a multiple of the row bucket ({multiple})")
     packed = pack(examples, seq_len, num_packing_bins=max(rows, 1), features=FEATURES)
     if len(packed) > rows:
         raise ValueError(f"{len(examples)} rollouts need {len(packed)} rows of {seq_len} tokens; only {rows} given")
-    empty = {k: np.zeros_like(v) for k, v in packed[0].items()} if packed else None
-    if empty is None:
+    if not packed:
         raise ValueError("no rollouts to pack")
-    packed += [empty] * (rows - len(packed))
+    empty = {k: np.zeros_like(v) for k, v in packed[0].items()}
+    packed += [empty] * (-len(packed) % multiple)
     return {k: np.stack([row[k] for row in packed]) for k in packed[0]}

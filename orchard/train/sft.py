@@ -1,4 +1,4 @@
-"""Supervised fine-tuning: ``train_and_evaluate(config, workdir)``.
+"""Supervised fine-tuning: ``train_and_evaluate(config, workdir, examples=...)``.
 
 Credit-assignment SFT (Orchard-SWE) is this trainer fed with examples from
 :mod:`orchard.data.examples`: the loss mask already holds which action tokens train. The trainer is
@@ -8,18 +8,13 @@ on an ``(fsdp, tp)`` mesh, bf16 compute over fp32 parameters (the model's dtype 
 step with donated state, Orbax checkpoints that include the data iterator, eval loss, and metrics
 in ``metrics.jsonl`` and TensorBoard.
 
-A run killed and restarted on the same ``workdir`` resumes from its last checkpoint and continues
-with the same batches and the same loss curve as an uninterrupted run.
+The workdir is a :class:`~orchard.workdir.Stage`: a run killed and restarted with the same config
+and examples resumes from its last checkpoint and continues with the same batches and the same
+loss curve as an uninterrupted run; a finished one returns its final metrics; one made by another
+config or other examples is an error unless ``rerun``. The final model goes to ``workdir/model``.
 
-The config (see ``configs/swe_sft.py``)::
-
-    model.path | model.init       an HF directory or .gguf, or ModelConfig fields for a fresh model
-    model.dtype, model.param_dtype
-    data.train, data.eval         example files (JSONL or ArrayRecord); data.eval may be empty
-    data.seq_len, data.batch_size rows per micro-batch; data.grad_accum micro-batches per step
-    optim.peak_lr, final_lr, warmup_steps, weight_decay, clip_norm
-    mesh.fsdp, mesh.tp
-    num_steps, log_every, eval_every, checkpoint_every, seed
+:class:`SFTConfig` holds the settings (see ``configs/swe_sft.py``); the example files and the
+vocabulary size of a fresh model are the caller's inputs.
 """
 
 from __future__ import annotations
@@ -27,57 +22,78 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
-from ml_collections import ConfigDict
 from tqdm import tqdm
 
 from orchard.data.pipeline import make_dataset
-from orchard.models import ModelConfig, Transformer, from_pretrained, save_pretrained
-from orchard.models.sharding import make_mesh
+from orchard.models.build import ModelSpec, build_model
+from orchard.models.sharding import MeshConfig
+from orchard.models.weights import ModelWeights
 from orchard.train.checkpoint import Checkpointer
 from orchard.train.metrics import MetricsWriter
-from orchard.train.state import batch_sharding, init_state, make_eval_step, make_optimizer, make_train_step
+from orchard.train.state import (
+    OptimConfig,
+    batch_sharding,
+    init_state,
+    make_eval_step,
+    make_optimizer,
+    make_train_step,
+)
+from orchard.workdir import Stage, file_fingerprint
 
 log = logging.getLogger(__name__)
 
 
-def build_model(config: ConfigDict, seed: int) -> Transformer:
-    """The model to fine-tune: loaded from ``model.path`` or freshly initialised from ``model.init``."""
-    dtypes = {"dtype": config.dtype, "param_dtype": config.param_dtype}
-    if config.get("path"):
-        return from_pretrained(config.path, **dtypes)
-    return Transformer(ModelConfig(**{**config.init.to_dict(), **dtypes}), rngs=nnx.Rngs(seed))
+@dataclass(frozen=True)
+class SFTConfig:
+    seed: int = 0
+    num_steps: int = 100
+    log_every: int = 10
+    eval_every: int = 50
+    checkpoint_every: int = 50
+    seq_len: int = 1024  # packed rows
+    batch_size: int = 4  # rows per micro-batch
+    grad_accum: int = 1  # micro-batches per step
+    model: ModelSpec = field(default_factory=ModelSpec)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    mesh: MeshConfig = field(default_factory=MeshConfig)
 
 
-def evaluate(eval_step, params: Any, config: ConfigDict, mesh) -> float:
-    """Mean loss per trained token over one pass of ``data.eval`` (a last partial batch is dropped)."""
+def eval_loss(eval_step: Any, params: Any, config: SFTConfig, path: str, mesh: Any) -> float:
+    """Mean loss per trained token over one pass of the examples in ``path`` (a last partial batch is dropped)."""
     total, tokens = 0.0, 0.0
     sharding = batch_sharding(mesh, accumulated=False)
-    for batch in make_dataset(config.data.eval, seq_len=config.data.seq_len, batch_size=config.data.batch_size,
-                              seed=0, shuffle=False, num_epochs=1):
+    for batch in make_dataset(path, seq_len=config.seq_len, batch_size=config.batch_size, seed=0, shuffle=False,
+                              num_epochs=1):
         loss, count = eval_step(params, jax.device_put(batch, sharding))
         total, tokens = total + float(loss), tokens + float(count)
     return total / max(tokens, 1.0)
 
 
-def train_and_evaluate(config: ConfigDict, workdir: str, export_dir: str | None = None) -> dict[str, float]:
-    """Train for ``config.num_steps`` steps in ``workdir`` (resuming from its checkpoints); return the
-    last logged metrics. With ``export_dir``, the final model is also written there as an HF
-    directory (``config.json`` and safetensors) that ``from_pretrained``, ``orchard serve`` and vLLM
-    load."""
-    os.makedirs(workdir, exist_ok=True)
-    mesh = make_mesh(config.mesh.fsdp, config.mesh.tp)
-    model = build_model(config.model, config.seed)
-    optimizer, schedule = make_optimizer(config.optim.peak_lr, config.optim.final_lr, config.optim.warmup_steps,
-                                         config.num_steps, config.optim.weight_decay, config.optim.clip_norm)
+def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_examples: str = "",
+                       vocab_size: int | None = None, inputs: dict[str, str] | None = None,
+                       rerun: bool = False) -> dict[str, float]:
+    """Train for ``config.num_steps`` steps on the examples in the file ``examples`` (``eval_examples``:
+    held-out examples for the eval loss; may be empty) in ``workdir``; return the last logged metrics. A fresh model
+    (``config.model`` without a path) has ``vocab_size`` tokens. The final model is written to
+    ``workdir/model`` (``config.json`` and safetensors) that ``from_pretrained``, ``orchard serve``
+    and vLLM load. ``inputs`` name what made the examples (default: their files' fingerprints)."""
+    inputs = inputs if inputs is not None else {
+        "examples": file_fingerprint(examples), **({"eval": file_fingerprint(eval_examples)} if eval_examples else {})}
+    stage = Stage(workdir, "sft", config, {**inputs, "vocab_size": str(vocab_size)})
+    if stage.open(rerun) == "done":
+        return stage.summary()
+    mesh = config.mesh.make()
+    model = build_model(config.model, config.seed, vocab_size)
+    optimizer, schedule = make_optimizer(config.optim, config.num_steps)
     graphdef, state = init_state(model, optimizer, mesh)
     del model
-    accum, rows = config.data.grad_accum, config.data.batch_size
-    data = make_dataset(config.data.train, seq_len=config.data.seq_len, batch_size=rows * accum, seed=config.seed,
+    accum, rows = config.grad_accum, config.batch_size
+    data = make_dataset(examples, seq_len=config.seq_len, batch_size=rows * accum, seed=config.seed,
                         shard_index=jax.process_index(), shard_count=jax.process_count())
     checkpointer = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint_every)
     if (start := checkpointer.latest_step()) is not None:
@@ -96,16 +112,16 @@ def train_and_evaluate(config: ConfigDict, workdir: str, export_dir: str | None 
             state, step_metrics = train_step(state, jax.device_put(batch, sharding))
             if step % config.log_every == 0 or step == config.num_steps:
                 last = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
-                last["tokens_per_s"] = accum * rows * config.data.seq_len * config.log_every / max(
+                last["tokens_per_s"] = accum * rows * config.seq_len * config.log_every / max(
                     time.perf_counter() - started, 1e-9)
                 started = time.perf_counter()
-                if config.data.eval and (step % config.eval_every == 0 or step == config.num_steps):
-                    last["eval_loss"] = evaluate(eval_step, state.params, config, mesh)
+                if eval_examples and (step % config.eval_every == 0 or step == config.num_steps):
+                    last["eval_loss"] = eval_loss(eval_step, state.params, config, eval_examples, mesh)
                 metrics.write(step, last)
                 bar.set_postfix(loss=f"{last['loss']:.4f}", refresh=False)
             checkpointer.save(step, state, data, force=step == config.num_steps)
             bar.update()
     checkpointer.close()
-    if export_dir:
-        save_pretrained(nnx.merge(graphdef, state.params), export_dir)
+    ModelWeights(graphdef, state.params).save_pretrained(os.path.join(workdir, "model"))
+    stage.finish(last)
     return last

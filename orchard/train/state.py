@@ -10,6 +10,7 @@ split along its batch dimension over the ``fsdp`` axis (data parallel).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
@@ -22,23 +23,33 @@ from orchard.models.sharding import named_sharding
 from orchard.models.transformer import Transformer
 
 
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup and cosine decay from ``peak_lr`` to ``final_lr``, after clipping."""
+
+    peak_lr: float = 1e-3
+    final_lr: float = 1e-4
+    warmup_steps: int = 10
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0
+
+
 class TrainState(NamedTuple):
     step: jax.Array
     params: Any
     opt_state: Any
 
 
-def make_optimizer(peak_lr: float, final_lr: float, warmup_steps: int, total_steps: int, weight_decay: float,
-                   clip_norm: float, b1: float = 0.9, b2: float = 0.95) -> tuple[optax.GradientTransformation,
-                                                                                 optax.Schedule]:
-    """AdamW with linear warmup then cosine decay from ``peak_lr`` to ``final_lr``, after global-norm
-    clipping. The warmup starts at ``peak_lr / warmup_steps``, not 0, so the first update is not
-    wasted (with one warmup step, there is no warmup)."""
-    warmup = max(warmup_steps, 1)
-    schedule = optax.warmup_cosine_decay_schedule(peak_lr / warmup, peak_lr, warmup, max(total_steps, warmup + 1),
-                                                  end_value=final_lr)
-    optimizer = optax.chain(optax.clip_by_global_norm(clip_norm),
-                            optax.adamw(schedule, b1=b1, b2=b2, weight_decay=weight_decay))
+def make_optimizer(config: OptimConfig, total_steps: int, b1: float = 0.9, b2: float = 0.95
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """AdamW with linear warmup then cosine decay from ``peak_lr`` to ``final_lr`` over
+    ``total_steps``, after global-norm clipping. The warmup starts at ``peak_lr / warmup_steps``,
+    not 0, so the first update is not wasted (with one warmup step, there is no warmup)."""
+    warmup = max(config.warmup_steps, 1)
+    schedule = optax.warmup_cosine_decay_schedule(config.peak_lr / warmup, config.peak_lr, warmup,
+                                                  max(total_steps, warmup + 1), end_value=config.final_lr)
+    optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
+                            optax.adamw(schedule, b1=b1, b2=b2, weight_decay=config.weight_decay))
     return optimizer, schedule
 
 

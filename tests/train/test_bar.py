@@ -46,6 +46,8 @@ def test_within_each_side_completed_come_first_then_shorter():
     group = assemble_group(rollouts, 4, 0.5, 0.5)
     assert [r.name for r in group] == ["pc5", "pc50", "nc3", "nc9"]
     assert [r.name for r in top_ranked(rollouts, 3)] == ["pc5", "pc50", "pt"]
+    # The last fallback never admits an aborted or timed-out rollout, however well it scored, nor a dropped one.
+    assert [r.name for r in top_ranked(rollouts, 9)] == ["pc5", "pc50", "pt", "nc3", "nc9", "nt"]
 
 
 def scripted(rewards: list[float]):
@@ -79,6 +81,7 @@ def test_bar_falls_back_to_the_relaxed_window_then_to_top_ranked():
     assert state["calls"] == [4, 4] and result.fallback == "relaxed" and not result.informative
     result, _ = run(BAR(group_size=4, max_budget=4, stride=2), [1.0, None, None, -1.0])
     assert result.fallback == "top_ranked" and [r.reward for r in result.group] == [1.0, -1.0]
+    assert result.dropped == 2
     with pytest.raises(ValueError, match="invalid BAR"):
         BAR(group_size=8, max_budget=4)
 
