@@ -439,7 +439,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"({meta['cpu_count']} CPUs, Python {meta['python']}, {meta['platform']}, "
         f"1-minute load average {meta['load_avg_1m_at_end']} at the end of the run), "
         f"with swe-rex {meta['swerex_version']}. All three columns were measured in the same run on the same "
-        "machine; see the docstring of `orchard/env/bench.py` for what each number measures.",
+        "machine; see the docstring of `benchmarks/env.py` for what each number measures.",
         "",
         "| | orchard | swerex | subprocess |",
         "|---|---:|---:|---:|",

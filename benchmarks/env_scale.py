@@ -25,8 +25,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from benchmarks.env import latency_stats
 from orchard.env.backends.local import LocalBackend
-from orchard.env.bench import latency_stats
 from orchard.env.client import AsyncSandbox
 from orchard.env.local import LocalServer
 

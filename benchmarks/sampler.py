@@ -42,7 +42,8 @@ def best_tokens_per_s(run: Callable[[], int], repeats: int) -> float:
 
 def orchard_rates(path: str, cfg: SamplerBenchConfig) -> dict[int, float]:
     from orchard.models import from_pretrained
-    from orchard.rollout.sampler import Sampler, SamplingParams
+    from orchard.rollout.sampler import Sampler
+    from orchard.rollout.types import SamplingParams
 
     sampler = Sampler(from_pretrained(path, dtype="float32"))
     params = SamplingParams(max_tokens=cfg.new_tokens, temperature=0.0)
@@ -102,7 +103,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         f"Produced by `experiments/sampler_bench/run.py` on {meta['timestamp']} ({meta['cpu_count']} CPUs, "
         f"{meta['platform']}): {meta['model']}, greedy decoding of {meta['config']['new_tokens']} tokens after an "
-        "8-token prompt, fp32 on the CPU, best of the timed repeats. See `orchard/rollout/bench.py`.",
+        "8-token prompt, fp32 on the CPU, best of the timed repeats. See `benchmarks/sampler.py`.",
         "",
         "| batch | orchard tok/s | HF `generate` tok/s | orchard / HF |",
         "|---:|---:|---:|---:|",

@@ -73,7 +73,14 @@ from flax import nnx
 from orchard.data.pipeline import make_dataset
 from orchard.models import ModelConfig, Transformer
 from orchard.models.sharding import make_mesh
-from orchard.train.state import batch_sharding, init_state, make_optimizer, make_train_step, param_shardings
+from orchard.train.state import (
+    OptimConfig,
+    batch_sharding,
+    init_state,
+    make_optimizer,
+    make_train_step,
+    param_shardings,
+)
 
 Batch = dict[str, np.ndarray]
 
@@ -130,8 +137,8 @@ def build_model(cfg: SftBenchConfig) -> Transformer:
 
 def build_optimizer(cfg: SftBenchConfig) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """Orchard's AdamW (clipping, warmup, cosine decay over every step the benchmark trains)."""
-    return make_optimizer(cfg.peak_lr, cfg.final_lr, cfg.lr_warmup_steps, cfg.total_steps, cfg.weight_decay,
-                          cfg.clip_norm)
+    return make_optimizer(OptimConfig(cfg.peak_lr, cfg.final_lr, cfg.lr_warmup_steps, cfg.weight_decay, cfg.clip_norm),
+                          cfg.total_steps)
 
 
 def write_examples(path: str, count: int, vocab_size: int, seed: int = 0) -> str:
@@ -363,7 +370,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"{model['parameters'] / 1e6:.2f}M-parameter Qwen3-style model ({cfg['num_layers']} layers, hidden "
         f"{cfg['hidden_size']}, vocab {cfg['vocab_size']}, {model['dtype']}) trained from the same initial "
         f"weights on the same packed batches of {cfg['batch_size']} x {cfg['seq_len']} tokens with the same "
-        "AdamW. See the docstring of `orchard/train/bench.py` for exactly what is timed.",
+        "AdamW. See the docstring of `benchmarks/sft.py` for exactly what is timed.",
         "",
         "| | orchard `make_train_step` | tunix `PeftTrainer` |",
         "|---|---:|---:|",

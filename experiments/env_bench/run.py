@@ -1,6 +1,6 @@
 """Benchmark Orchard Env exec and create latency against SWE-ReX and a host subprocess.
 
-A thin wrapper over :mod:`orchard.env.bench` (which documents what is measured). Prints the JSON
+A thin wrapper over :mod:`benchmarks.env` (which documents what is measured). Prints the JSON
 summary to stdout, writes it to ``--out``, and with ``--markdown PATH`` renders it as a Markdown page.
 Needs root: orchard sandboxes use Linux namespaces.
 
@@ -8,7 +8,7 @@ Needs root: orchard sandboxes use Linux namespaces.
     python experiments/env_bench/run.py --stress 1000 --markdown docs/benchmarks.md
     python experiments/env_bench/run.py --soak 10 --markdown docs/benchmarks.md
 
-``--stress N`` and ``--soak MINUTES`` run the scale checks of :mod:`orchard.env.scale` instead of
+``--stress N`` and ``--soak MINUTES`` run the scale checks of :mod:`benchmarks.env_scale` instead of
 the latency comparison, and write ``results/stress.json`` or ``results/soak.json``.
 """
 
@@ -23,8 +23,10 @@ import sys
 from pathlib import Path
 
 from orchard.env import local_server
-from orchard.env.bench import BenchConfig, publish, render_markdown, run_benchmark
-from orchard.env.scale import fork_and_claim, render_soak, render_stress, soak, stress
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.env import BenchConfig, publish, render_markdown, run_benchmark
+from benchmarks.env_scale import fork_and_claim, render_soak, render_stress, soak, stress
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 

@@ -3,11 +3,11 @@ GRPO and dynamic filtering at equal rollout budget.
 
     python experiments/rl_bench/run.py                  # writes experiments/rl_bench/results/summary.json
 
-Throughput is of whole RL rollouts through :class:`orchard.train.rl.RolloutWorkers`: a fresh
-sandbox, the task's repository set up in it, the bash harness, SWE-bench grading, the sandbox
-deleted. The policy is the oracle teacher (brief plan: search, read, edit, submit), so the figure
+Throughput is of whole RL rollouts through :class:`orchard.train.rl.RolloutWorkers` over
+:class:`~orchard.tasks.swe.task.SWETask`: a fresh sandbox, the task's repository set up in it, the
+bash harness, SWE-bench grading, the sandbox deleted. The policy is the oracle teacher (brief plan: search, read, edit, submit), so the figure
 is the environment's side of RL, which a model's generation time adds to. The sampler comparison
-runs :func:`orchard.train.bar_sim.simulate` on three simulated pass-rate distributions. Needs root
+runs :func:`benchmarks.bar_sim.simulate` on three simulated pass-rate distributions. Needs root
 (sandboxes use Linux namespaces).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,12 +26,16 @@ from tqdm import tqdm
 from orchard.env import AsyncSandboxClient, local_server
 from orchard.harness.bash import BashHarness
 from orchard.harness.core import Limits
+from orchard.harness.episode import EpisodeRunner
 from orchard.tasks.swe.generate import generate_task_set
 from orchard.tasks.swe.oracle import OracleTeacher
 from orchard.tasks.swe.sources import resolve_source
+from orchard.tasks.swe.task import swe_tasks
 from orchard.train.bar import BAR, DynamicFilter, FixedGroup
-from orchard.train.bar_sim import pass_rate_distributions, simulate
 from orchard.train.rl import RolloutWorkers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.bar_sim import pass_rate_distributions, simulate
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 
@@ -55,14 +60,16 @@ async def throughput(levels: list[int], per_level: int, tasks: int) -> list[dict
         with local_server() as server:
             client = AsyncSandboxClient(server.base_url, api_key=server.api_key)
             try:
+                tasks_ = swe_tasks(instances)
                 for level in levels:
-                    workers = RolloutWorkers(client, BashHarness(), OraclePolicy(instances), Limits(max_steps=8),
-                                             concurrency=level, rollout_seconds=600)
+                    runner = EpisodeRunner(client, BashHarness(), OraclePolicy(instances), concurrency=level,
+                                           limits=Limits(max_steps=8), episode_seconds=600)
+                    workers = RolloutWorkers(runner, seed=0)
                     count = per_level * level
                     bar = tqdm(total=count, desc=f"{level} sandboxes", unit="rollout")
 
-                    async def one(index: int, workers=workers, bar=bar):
-                        [rollout] = await workers.rollouts(instances[index % len(instances)], 1, seed=index)
+                    async def one(index: int, workers=workers, bar=bar, level=level):
+                        [rollout] = await workers.rollouts(tasks_[index % len(tasks_)], level, index, 1)
                         bar.update()
                         return rollout
 

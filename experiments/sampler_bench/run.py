@@ -1,6 +1,6 @@
 """Benchmark the JAX sampler against HF transformers ``generate`` (SmolLM2-135M, CPU).
 
-A thin wrapper over :mod:`orchard.rollout.bench`. Needs the bench extra (torch, transformers):
+A thin wrapper over :mod:`benchmarks.sampler`. Needs the bench extra (torch, transformers):
 
     pip install -e .[bench]
     python experiments/sampler_bench/run.py --markdown docs/benchmarks.md
@@ -13,8 +13,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from orchard.env.bench import publish
-from orchard.rollout.bench import SamplerBenchConfig, render_markdown, run_benchmark
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.env import publish
+from benchmarks.sampler import SamplerBenchConfig, render_markdown, run_benchmark
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchard.env.bench import percentile, write_markdown_section
+from benchmarks.env import percentile, write_markdown_section
 
 
 def test_markdown_sections_are_replaced_in_place(tmp_path):

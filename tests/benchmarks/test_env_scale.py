@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from orchard.env.scale import fork_and_claim, stress
+from benchmarks.env_scale import fork_and_claim, stress
 from tests.conftest import require_root
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from orchard.train.bench import SftBenchConfig, build_model, make_batches, masked_next_token_loss, run_orchard
+from benchmarks.sft import SftBenchConfig, build_model, make_batches, masked_next_token_loss, run_orchard
 from orchard.train.state import token_losses
 
 TINY = SftBenchConfig(vocab_size=128, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, num_kv_heads=1,

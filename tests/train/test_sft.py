@@ -12,12 +12,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from benchmarks.sft import write_examples
+from orchard.config import from_config, to_dict
 from orchard.models import ModelConfig, Transformer
 from orchard.models.sharding import make_mesh, shard_bytes
-from orchard.train.bench import write_examples
 from orchard.train.metrics import read_metrics
-from orchard.train.sft import train_and_evaluate
-from orchard.train.state import batch_sharding, init_state, make_optimizer, make_train_step
+from orchard.train.sft import SFTConfig, train_and_evaluate
+from orchard.train.state import OptimConfig, batch_sharding, init_state, make_optimizer, make_train_step
+from orchard.workdir import StaleStage
+
+OPTIM = OptimConfig(1e-2, 1e-3, 2, 0.01, 1.0)
 
 SMALL = {"model_type": "qwen3", "vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_layers": 2,
          "num_heads": 4, "num_kv_heads": 2, "head_dim": 8, "qk_norm": True, "tie_word_embeddings": False,
@@ -39,7 +43,7 @@ def batch(rows: int, seq: int, accumulation: int = 2) -> dict[str, np.ndarray]:
 
 
 def test_a_sharded_step_equals_the_unsharded_step():
-    optimizer, schedule = make_optimizer(1e-2, 1e-3, 2, 10, 0.01, 1.0)
+    optimizer, schedule = make_optimizer(OPTIM, 10)
     data = batch(rows=8, seq=32)
     results = []
     for mesh in (make_mesh(1, 1), make_mesh(4, 2)):
@@ -59,46 +63,41 @@ def test_a_sharded_step_equals_the_unsharded_step():
     assert any(getattr(leaf, "shape", ()) == embed.shape and shard_bytes(leaf) * 8 == leaf.nbytes for leaf in mu)
 
 
-def config_for(tmp_path, num_steps: int = 24):
-    from ml_collections import ConfigDict
-
-    from configs.swe_sft import get_config
-
-    config = get_config("tiny")
-    config.model.init = ConfigDict(SMALL)
-    config.data.train = write_examples(str(tmp_path / "train.jsonl"), 120, vocab_size=256)
-    config.data.eval = write_examples(str(tmp_path / "eval.jsonl"), 16, vocab_size=256, seed=1)
-    config.data.seq_len, config.data.batch_size, config.data.grad_accum = 64, 4, 2
-    config.num_steps, config.log_every, config.eval_every, config.checkpoint_every = num_steps, 1, 6, 6
-    config.optim.peak_lr, config.optim.warmup_steps = 1e-2, 3
-    return config
+def config_for(tmp_path, num_steps: int = 24) -> tuple[SFTConfig, dict]:
+    """A small SFT config and the example files it trains on."""
+    config = from_config(SFTConfig, {"num_steps": num_steps, "log_every": 1, "eval_every": 6, "checkpoint_every": 6,
+                                     "seq_len": 64, "batch_size": 4, "grad_accum": 2,
+                                     "model": {"init": SMALL}, "optim": {"peak_lr": 1e-2, "warmup_steps": 3}})
+    data = {"examples": write_examples(str(tmp_path / "train.jsonl"), 120, vocab_size=256),
+            "eval_examples": write_examples(str(tmp_path / "eval.jsonl"), 16, vocab_size=256, seed=1)}
+    return config, data
 
 
 def test_a_killed_run_resumes_with_the_same_loss_curve(tmp_path):
-    config = config_for(tmp_path)
+    config, data = config_for(tmp_path)
     reference = str(tmp_path / "reference")
-    train_and_evaluate(config, reference)
+    train_and_evaluate(config, reference, **data)
 
     killed = str(tmp_path / "killed")
     script = textwrap.dedent(f"""
-        import os, signal, json
-        from ml_collections import ConfigDict
+        import os, signal
+        from orchard.config import from_config
         from orchard.train import metrics, sft
-        config = ConfigDict(json.loads({config.to_json()!r}))
+        config = from_config(sft.SFTConfig, {to_dict(config)!r})
         write = metrics.MetricsWriter.write
         def write_then_die(self, step, values):
             write(self, step, values)
             if step == 15:  # after the checkpoint at 12, before the one at 18
                 os.kill(os.getpid(), signal.SIGKILL)
         metrics.MetricsWriter.write = write_then_die
-        sft.train_and_evaluate(config, {killed!r})
+        sft.train_and_evaluate(config, {killed!r}, **{data!r})
     """)
     process = subprocess.run([sys.executable, "-c", script], cwd=os.getcwd(), capture_output=True, text=True,
                              timeout=600)
     assert process.returncode == -9, process.stderr[-2000:]
     saved = sorted(int(name) for name in os.listdir(os.path.join(killed, "checkpoints")))
     assert saved[-1] == 12 and len(read_metrics(killed)) == 15  # killed after step 15, last saved at 12
-    train_and_evaluate(config, killed)  # the restart
+    train_and_evaluate(config, killed, **data)  # the restart
 
     expected, resumed = read_metrics(reference), read_metrics(killed)
     assert sorted(resumed) == sorted(expected) == list(range(1, 25))
@@ -106,20 +105,30 @@ def test_a_killed_run_resumes_with_the_same_loss_curve(tmp_path):
         for name in ("loss", "grad_norm", "lr", "tokens"):
             assert resumed[step][name] == pytest.approx(expected[step][name], rel=1e-6, abs=1e-7), (step, name)
     assert resumed[24]["eval_loss"] == pytest.approx(expected[24]["eval_loss"], rel=1e-6)
+    assert os.path.exists(os.path.join(killed, "model", "config.json"))
+    # Done: a rerun returns the recorded metrics; other settings or other examples are refused.
+    assert train_and_evaluate(config, killed, **data)["loss"] == expected[24]["loss"]
+    with pytest.raises(StaleStage, match=r"num_steps: 24 -> 30"):
+        train_and_evaluate(config_for(tmp_path, 30)[0], killed, **data)
+    other = {**data, "examples": write_examples(str(tmp_path / "other.jsonl"), 120, vocab_size=256, seed=5)}
+    with pytest.raises(StaleStage, match="inputs changed: examples"):
+        train_and_evaluate(config, killed, **other)
 
 
 def test_the_loss_falls_on_the_synthetic_swe_data(tmp_path):
     """A fresh tiny model on real text: credit-assignment examples of the synthetic bug-fix set."""
-    from configs.swe_sft import get_config
-    from orchard.tasks.swe.sft_data import build_sft_data
+    from orchard.data.tokenizer import Tokenizer
+    from orchard.models.shipped import smollm2_gguf
+    from orchard.tasks.swe.sft_data import ExamplesConfig, build_examples
 
-    config = get_config("tiny")
-    config.data.synthetic_tasks = 8
-    config.data.train, config.data.eval = build_sft_data(config, str(tmp_path))
-    config.model.init.hidden_size, config.model.init.intermediate_size = 32, 64
-    config.data.batch_size, config.num_steps, config.log_every, config.eval_every = 1, 24, 1, 24
-    config.optim.warmup_steps, config.optim.peak_lr = 4, 1e-2
-    train_and_evaluate(config, str(tmp_path / "run"))
+    tokenizer = Tokenizer.from_gguf(smollm2_gguf())
+    train, held_out = build_examples(ExamplesConfig(synthetic_tasks=8), str(tmp_path / "data"), tokenizer)
+    config = from_config(SFTConfig, {"num_steps": 24, "log_every": 1, "eval_every": 24, "batch_size": 1,
+                                     "model": {"init": {**ModelConfig.preset_fields("tiny"), "hidden_size": 32,
+                                                        "intermediate_size": 64}},
+                                     "optim": {"peak_lr": 1e-2, "final_lr": 1e-3, "warmup_steps": 4}})
+    train_and_evaluate(config, str(tmp_path / "run"), examples=train, eval_examples=held_out,
+                       vocab_size=tokenizer.vocab_size)
     metrics = read_metrics(str(tmp_path / "run"))
     first, last = np.mean([metrics[s]["loss"] for s in (1, 2, 3)]), np.mean([metrics[s]["loss"] for s in (22, 23, 24)])
     assert first > 10.0 and last < first - 2.0  # from ln(49152) = 10.8 towards the data
@@ -127,7 +136,7 @@ def test_the_loss_falls_on_the_synthetic_swe_data(tmp_path):
 
 
 def test_bf16_compute_keeps_fp32_parameters():
-    optimizer, schedule = make_optimizer(1e-2, 1e-3, 2, 10, 0.01, 1.0)
+    optimizer, schedule = make_optimizer(OPTIM, 10)
     mesh, data = make_mesh(1, 1), batch(rows=4, seq=32)
     losses = {}
     for dtype in ("float32", "bfloat16"):
