@@ -9,16 +9,25 @@ from typing import Any
 from ml_collections import ConfigDict
 from rich.table import Table
 
-from orchard.recipes.swe import RecipeResult
+from orchard.config import ConfigError
+from orchard.recipes.swe import RecipeResult, SWEConfig, swe_config
 
 ENGINES = {"jax": (), "vllm": ("url", "served_model", "weights_dir"), "openai": ("url", "served_model", "weights_dir")}
-SAMPLERS = ("bar", "fixed", "dynamic")
-BACKENDS = ("local", "kubernetes")
 TEMPLATE_MARGIN = 8  # tokens the chat format adds after the last sampled token of a rollout
 
 
 def check_config(config: ConfigDict) -> list[str]:
-    """Every inconsistency of a recipe config that would only surface hours into a run."""
+    """Every inconsistency of a recipe config that would only surface hours into a run: a field
+    that does not fit its stage's config (:func:`~orchard.config.from_config`), then the settings
+    that do not fit each other."""
+    try:
+        typed = swe_config(config)
+    except (ConfigError, KeyError) as exc:
+        return [f"{exc}" if isinstance(exc, ConfigError) else f"missing config block {exc}"]
+    return check_settings(typed)
+
+
+def check_settings(config: SWEConfig) -> list[str]:
     problems = []
     tasks, teacher, rl, sampler = config.tasks, config.teacher, config.rl, config.rl.sampler
     if not tasks.path and not tasks.sources:
@@ -26,8 +35,8 @@ def check_config(config: ConfigDict) -> list[str]:
     if rl.pass_filter.samples and not 0.0 <= rl.pass_filter.low < rl.pass_filter.high <= 1.0:
         problems.append("rl.pass_filter: need 0 <= low < high <= 1")
     for name in ("held_out_fraction", "rl_fraction"):
-        if not 0.0 <= tasks[name] < 1.0:
-            problems.append(f"tasks.{name} must be in [0, 1), got {tasks[name]}")
+        if not 0.0 <= getattr(tasks, name) < 1.0:
+            problems.append(f"tasks.{name} must be in [0, 1), got {getattr(tasks, name)}")
     if not config.tokenizer.path and config.tokenizer.train_vocab < 260:
         problems.append("tokenizer: set tokenizer.path, or tokenizer.train_vocab >= 260 (256 bytes + specials)")
     if not config.tokenizer.path and not teacher.samples:
@@ -36,8 +45,6 @@ def check_config(config: ConfigDict) -> list[str]:
         problems.append("sft: SFT needs teacher trajectories (teacher.samples > 0), or set sft.num_steps = 0")
     if not config.sft.num_steps and not config.model.path:
         problems.append("model: without SFT, RL starts from model.path, which is empty")
-    if sampler.name not in SAMPLERS:
-        problems.append(f"rl.sampler.name must be one of {SAMPLERS}, got {sampler.name!r}")
     if sampler.group_size < 2:
         problems.append("rl.sampler.group_size must be at least 2 (GRPO compares rollouts within a group)")
     if sampler.name == "bar":
@@ -49,29 +56,30 @@ def check_config(config: ConfigDict) -> list[str]:
                             f"N = {sampler.group_size}")
         if sampler.max_budget < sampler.group_size or sampler.stride < 1:
             problems.append("BAR needs max_budget >= group_size and stride >= 1")
-    if rl.rows < rl.prompts_per_step * sampler.group_size:
+    if rl.rows_per == "trajectory" and rl.rows < rl.prompts_per_step * sampler.group_size:
         problems.append(f"rl.rows ({rl.rows}) < prompts_per_step x group_size "
                         f"({rl.prompts_per_step * sampler.group_size}): a step's groups would not fit")
-    if rl.seq_len < rl.max_context + TEMPLATE_MARGIN:
-        problems.append(f"rl.seq_len ({rl.seq_len}) < rl.max_context ({rl.max_context}) + {TEMPLATE_MARGIN} template "
-                        "tokens: the longest rollouts would not fit the learner's rows")
+    if rl.micro_rows < 1 or rl.rows % rl.micro_rows or rl.micro_rows % config.mesh.fsdp:
+        problems.append(f"rl.rows ({rl.rows}) must be a multiple of rl.micro_rows ({rl.micro_rows}), and that of "
+                        f"mesh.fsdp ({config.mesh.fsdp})")
+    if rl.seq_len < rl.rollout.max_context + TEMPLATE_MARGIN:
+        problems.append(f"rl.seq_len ({rl.seq_len}) < rl.rollout.max_context ({rl.rollout.max_context}) + "
+                        f"{TEMPLATE_MARGIN} template tokens: the longest rollouts would not fit the learner's rows")
     if not 0.0 <= rl.eps_low < 1.0 or rl.eps_high < 0.0:
         problems.append(f"PPO clip range (eps_low {rl.eps_low}, eps_high {rl.eps_high}) is invalid")
-    if config.engine.kind not in ENGINES:
-        problems.append(f"engine.kind must be one of {tuple(ENGINES)}, got {config.engine.kind!r}")
+    if rl.engine.kind not in ENGINES:
+        problems.append(f"rl.engine.kind must be one of {tuple(ENGINES)}, got {rl.engine.kind!r}")
     else:
-        problems += [f"engine.{name} is required for a {config.engine.kind} engine"
-                     for name in ENGINES[config.engine.kind] if not config.engine.get(name)]
-    if config.env.backend not in BACKENDS:
-        problems.append(f"env.backend must be one of {BACKENDS}, got {config.env.backend!r}")
-    elif config.env.backend == "kubernetes" and not config.env.url:
+        problems += [f"rl.engine.{name} is required for a {rl.engine.kind} engine"
+                     for name in ENGINES[rl.engine.kind] if not getattr(rl.engine, name)]
+    if config.env.backend == "kubernetes" and not config.env.url:
         problems.append("env.url (the orchestrator of the cluster) is required for the kubernetes backend")
-    if config.num_steps < 1:
-        problems.append("num_steps (RL steps) must be at least 1")
+    if rl.num_steps < 1:
+        problems.append("rl.num_steps must be at least 1")
     if config.eval.samples < 1:
         problems.append("eval.samples (sampled held-out episodes per task) must be at least 1")
-    if rl.concurrency < 1:
-        problems.append("rl.concurrency must be at least 1")
+    if rl.rollout.concurrency < 1:
+        problems.append("rl.rollout.concurrency must be at least 1")
     if rl.updates_per_batch < 1:
         problems.append("rl.updates_per_batch (policy updates per step's rollouts) must be at least 1")
     return problems
@@ -101,6 +109,10 @@ def summary_table(result: RecipeResult) -> Table:
                 apart = f"; {round(held['unseen_test_resolve_rate'] * unseen)}/{int(unseen)} with an unseen test"
             table.add_row(f"{label} ({name})", f"{held['resolve_rate']:.3f} ({int(held['episodes'])} episodes, "
                                                f"{int(held['tasks_solved'])} tasks solved{apart})")
+            if held.get("k", 1) > 1:
+                k = int(held["k"])
+                table.add_row(f"{label} ({name}): pass@{k} / pass^{k}",
+                              f"{held['pass_at_k']:.3f} / {held['pass_hat_k']:.3f}")
     if result.rl_change:
         change = result.rl_change
         table.add_row("held-out tasks RL raised / lowered",

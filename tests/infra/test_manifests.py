@@ -613,14 +613,14 @@ def test_recipe_addresses_match_the_manifests():
     assert target_container_port(service, port, orchestrator(gke)) == 8700
     assert config.env.backend == "kubernetes"
     # vLLM: URL, served name, and the weights directory it loads and reloads.
-    assert urlparse(config.engine.url).path == "/v1"
+    assert urlparse(config.rl.engine.url).path == "/v1"
     vllm = one(vllm_docs, "Deployment", "vllm", "orchard")
-    service, port = service_port(vllm_docs, config.engine.url)
+    service, port = service_port(vllm_docs, config.rl.engine.url)
     (container,) = vllm["spec"]["template"]["spec"]["containers"]
     assert target_container_port(service, port, vllm) == 8000
     argv = container["command"] + container["args"]
-    assert f"--served-model-name={config.engine.served_model}" in argv
-    assert argv[:3] == ["vllm", "serve", config.engine.weights_dir]
+    assert f"--served-model-name={config.rl.engine.served_model}" in argv
+    assert argv[:3] == ["vllm", "serve", config.rl.engine.weights_dir]
     assert {"name": "VLLM_SERVER_DEV_MODE", "value": "1"} in container["env"]
     for probe in ("readinessProbe", "startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] == "/health"
@@ -630,9 +630,9 @@ def test_recipe_addresses_match_the_manifests():
     def weights_source(spec: dict, container: dict) -> tuple[str, str]:
         volumes = {v["name"]: v for v in spec["volumes"]}
         for mount in container["volumeMounts"]:
-            if config.engine.weights_dir.startswith(mount["mountPath"].rstrip("/") + "/"):
+            if config.rl.engine.weights_dir.startswith(mount["mountPath"].rstrip("/") + "/"):
                 return volumes[mount["name"]]["persistentVolumeClaim"]["claimName"], mount.get("subPath", "")
-        raise AssertionError(f"{container['name']} does not mount {config.engine.weights_dir}")
+        raise AssertionError(f"{container['name']} does not mount {config.rl.engine.weights_dir}")
 
     learner_spec = pod_spec(jobset)
     (learner,) = learner_spec["containers"]

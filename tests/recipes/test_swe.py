@@ -1,4 +1,5 @@
-"""The SWE recipe: its task split, its config checks, and the main job end to end on a reduced config."""
+"""The SWE recipe: its task split, its config checks, its stage records, and the main job end to end on a
+reduced config."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import subprocess
 import sys
 
 import pytest
+from ml_collections import ConfigDict
 
 from configs.swe_bar import get_config
 from orchard.data.trajectory import Outcome, Trajectory, read_trajectories, save_trajectories
 from orchard.recipes.report import check_config
-from orchard.recipes.swe import run, sampled_change, split_tasks, task_rates, unseen_tests
+from orchard.recipes.swe import episodes_path, run, sampled_change
 from orchard.tasks.swe.instance import SWEInstance, save_instances
+from orchard.tasks.swe.taskset import TaskSetConfig, split_task_set, unseen_tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,13 +24,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_the_split_holds_out_instances_and_names_those_with_an_unseen_test():
     instances = [SWEInstance(instance_id=f"i{n}", repo="r", base_commit="c", problem_statement="",
                              FAIL_TO_PASS=(f"tests/t.py::test_{n % 13}",)) for n in range(40)]
-    train, held = split_tasks(instances, 0.25, seed=1)
-    assert len(held) == 10 and len(train) == 30  # ceil(40 x 0.25) instances
-    assert not {i.instance_id for i in train} & {i.instance_id for i in held}
-    assert split_tasks(instances, 0.25, seed=1) == (train, held)  # seeded
+    split = split_task_set(instances, TaskSetConfig(held_out_fraction=0.25, rl_fraction=0.2), seed=1)
+    train = split.sft + split.rl
+    assert len(split.held_out) == 10 and len(split.rl) == 6 and len(split.sft) == 24  # ceil(40 x 0.25), ceil(30 x 0.2)
+    assert not {i.instance_id for i in train} & {i.instance_id for i in split.held_out}
+    assert split_task_set(list(reversed(instances)), TaskSetConfig(held_out_fraction=0.25), seed=1).held_out == \
+        list(reversed(split.held_out))  # seeded by id: the order instances come in changes nothing
     seen = {i.FAIL_TO_PASS[0] for i in train}
-    unseen = unseen_tests(train, held)
-    assert unseen == {i.instance_id for i in held if i.FAIL_TO_PASS[0] not in seen}
+    assert split.unseen == {i.instance_id for i in split.held_out if i.FAIL_TO_PASS[0] not in seen}
     assert unseen_tests(instances, instances) == set()
 
 
@@ -41,23 +45,22 @@ def test_training_tasks_too_few_to_split_into_sft_and_rl_are_a_clear_error(tmp_p
     assert not os.path.exists(tmp_path / "run" / "teacher")
 
 
-def _episodes(path, outcomes: dict[str, list[bool]]) -> str:
-    save_trajectories(str(path), [Trajectory(task_id=task, messages=[], outcome=Outcome(resolved=solved))
-                                  for task, runs in outcomes.items() for solved in runs])
-    return str(path)
+def _episodes(directory, outcomes: dict[str, list[bool]]) -> str:
+    save_trajectories(episodes_path(str(directory)), [Trajectory(task_id=task, messages=[], outcome=Outcome(resolved=s))
+                                                      for task, runs in outcomes.items() for s in runs])
+    return str(directory)
 
 
 def test_the_sampled_change_pairs_tasks_and_gives_the_sign_test(tmp_path):
-    before = _episodes(tmp_path / "before.jsonl", {"a": [True, False, False, False], "b": [True] * 4,
-                                                   "c": [False] * 4, "d": [True, True, False, False]})
-    after = _episodes(tmp_path / "after.jsonl", {"a": [True, True, False, False], "b": [True, True, True, False],
-                                                 "c": [False] * 4, "d": [True, True, True, False]})
-    assert task_rates(before) == {"a": 0.25, "b": 1.0, "c": 0.0, "d": 0.5}
+    before = _episodes(tmp_path / "before", {"a": [True, False, False, False], "b": [True] * 4,
+                                             "c": [False] * 4, "d": [True, True, False, False]})
+    after = _episodes(tmp_path / "after", {"a": [True, True, False, False], "b": [True, True, True, False],
+                                           "c": [False] * 4, "d": [True, True, True, False]})
     # a and d rose, b fell, c did not change: P(at least 2 of 3 changed tasks rise) = (3 + 1) / 8
     assert sampled_change(before, after) == {"tasks_up": 2.0, "tasks_down": 1.0, "sign_test_p": 0.5}
     seven_of_eight = {f"t{n}": [n < 7] for n in range(8)}
-    seven_up = sampled_change(_episodes(tmp_path / "none.jsonl", {task: [False] for task in seven_of_eight}),
-                              _episodes(tmp_path / "flip.jsonl", seven_of_eight))
+    seven_up = sampled_change(_episodes(tmp_path / "none", {task: [False] for task in seven_of_eight}),
+                              _episodes(tmp_path / "flip", seven_of_eight))
     assert seven_up["tasks_up"] == 7 and seven_up["sign_test_p"] == 1 / 2**7  # t7 did not change: 7 of 7 rose
     assert sampled_change(before, before) == {"tasks_up": 0.0, "tasks_down": 0.0, "sign_test_p": 1.0}
 
@@ -71,7 +74,7 @@ def test_the_check_names_each_problem():
     config = get_config("qwen3_30b_a3b")
     config.rl.sampler.update({"rho_min": 0.3, "rho_max": 0.36})  # no whole count of 8 in [2.4, 2.88]
     config.rl.rows = 8
-    config.engine.url = ""
+    config.rl.engine.url = ""
     config.env.url = ""
     config.tasks.rl_fraction = 1.0
     config.rl.updates_per_batch = 0
@@ -82,8 +85,22 @@ def test_the_check_names_each_problem():
     assert "tasks.rl_fraction must be in [0, 1)" in problems
     config.rl.pass_filter.update({"samples": 4, "low": 0.5, "high": 0.5})
     assert "rl.pass_filter: need 0 <= low < high <= 1" in check_config(config)
-    assert "engine.url is required" in problems and "kubernetes backend" in problems
+    assert "rl.engine.url is required" in problems and "kubernetes backend" in problems
     assert "eval.samples (sampled held-out episodes per task) must be at least 1" in problems
+
+
+def test_a_field_that_does_not_fit_its_stage_is_named_before_anything_runs():
+    config = get_config("tiny")
+    config.tasks = ConfigDict({**config.tasks.to_dict(), "sources": "opkit,toolz"})  # a string where a list belongs
+    assert check_config(config) == ["tasks.sources: expected a list, got 'opkit,toolz' (write a list, not a "
+                                    "comma-separated string)"]
+    config = get_config("tiny")
+    config.rl.sampler.name = "grpo"
+    assert check_config(config) == ["rl.sampler.name: 'grpo' is not one of 'bar', 'fixed', 'dynamic'"]
+    config = get_config("tiny")
+    config.rl.unlock()
+    config.rl.num_step = 3  # a typo
+    assert "rl: unknown field(s) num_step" in check_config(config)[0]
 
 
 def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
@@ -102,10 +119,11 @@ def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
 def test_the_main_job_end_to_end(orchestrator, tmp_path):
     workdir = tmp_path / "run"
     overrides = {"tasks.count": 8, "teacher.samples": 2, "tokenizer.train_vocab": 400, "sft.num_steps": 4,
-                 "sft.eval_every": 4, "sft.log_every": 2, "sft.data.batch_size": 2, "num_steps": 1,
+                 "sft.eval_every": 4, "sft.log_every": 2, "sft.batch_size": 2, "rl.num_steps": 1,
                  "rl.prompts_per_step": 1, "rl.sampler.group_size": 2, "rl.sampler.max_budget": 4,
-                 "rl.sampler.stride": 2, "rl.rows": 4, "rl.max_turns": 2, "rl.max_new_tokens": 16,
-                 "eval.samples": 2, "env.url": orchestrator.base_url, "env.api_key": orchestrator.api_key}
+                 "rl.sampler.stride": 2, "rl.rows": 4, "rl.micro_rows": 4, "rl.rollout.max_turns": 2,
+                 "rl.rollout.max_new_tokens": 16, "eval.samples": 2, "env.url": orchestrator.base_url,
+                 "env.api_key": orchestrator.api_key}
     command = [sys.executable, "experiments/swe_bar/run.py", f"--workdir={workdir}",
                *(f"--config.{key}={value}" for key, value in overrides.items())]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
@@ -122,25 +140,35 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
         for name, per_task in counts.items():
             result, episodes_run = summary["held_out"][stage][name], per_task * held
             assert result["episodes"] == episodes_run and 0.0 <= result["resolve_rate"] <= 1.0
-            episodes = list(read_trajectories(str(workdir / "eval" / f"{stage}_{name}.trajectories.jsonl")))
+            episodes = list(read_trajectories(episodes_path(str(workdir / "eval" / f"{stage}_{name}"))))
             assert len(episodes) == episodes_run
             assert sum(t.outcome.resolved for t in episodes) == pytest.approx(result["resolve_rate"] * episodes_run)
     change = summary["rl_change"]
-    assert change == sampled_change(*(str(workdir / "eval" / f"{stage}_sampled.trajectories.jsonl")
-                                      for stage in ("sft", "rl")))
+    assert change == sampled_change(*(str(workdir / "eval" / f"{stage}_sampled") for stage in ("sft", "rl")))
     assert change["tasks_up"] + change["tasks_down"] <= held and 0.0 < change["sign_test_p"] <= 1.0
     assert summary["teacher"]["trajectories"] == 2 * summary["tasks"]["sft"]  # none for the RL tasks
     assert summary["teacher"]["resolved"] == summary["tasks"]["sft"]  # the clean variant resolves, fail does not
     [step] = summary["rl_metrics"].values()
     assert 2 <= step["rollouts_per_group"] <= 4 and "informative_groups" in step
-    for path in ("resolve_rate.png", "sft_model/config.json", "rl_model/tokenizer.json", "rl/metrics.jsonl"):
+    for path in ("resolve_rate.png", "config.json", "sft/model/config.json", "rl/model/tokenizer.json",
+                 "rl/metrics.jsonl", "rl/stage.json", "eval/rl_sampled/stage.json"):
         assert (workdir / path).exists(), path
+    assert json.loads((workdir / "config.json").read_text())["rl"]["num_steps"] == 1
     # A second run over the same workdir finds every stage done and reports the same numbers.
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((workdir / "summary.json").read_text())["held_out"] == summary["held_out"]
+    # A changed setting stops the run at the stage it changes, naming it; --rerun redoes that stage and the later ones.
+    changed = [*command, "--config.rl.optim.peak_lr=0.001"]
+    stale = subprocess.run(changed, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert stale.returncode == 1 and "stage 'rl'" in stale.stderr and "optim.peak_lr: 0.0005 -> 0.001" in stale.stderr
+    sft_record = (workdir / "sft" / "stage.json").read_text()
+    redone = subprocess.run([*changed, "--rerun"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert redone.returncode == 0, redone.stderr[-3000:]
+    assert (workdir / "sft" / "stage.json").read_text() == sft_record  # SFT was not touched
+    assert json.loads((workdir / "rl" / "stage.json").read_text())["config"]["optim"]["peak_lr"] == 0.001
     # RL from a saved policy, without SFT: the sampled pass and RL's change start at init.
-    start, policy = tmp_path / "from_policy", str(workdir / "sft_model")
+    start, policy = tmp_path / "from_policy", str(workdir / "sft" / "model")
     no_sft = {**overrides, "teacher.samples": 0, "sft.num_steps": 0, "model.path": policy, "tokenizer.path": policy}
     done = subprocess.run([sys.executable, "experiments/swe_bar/run.py", f"--workdir={start}",
                            *(f"--config.{key}={value}" for key, value in no_sft.items())],
@@ -149,5 +177,4 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     summary = json.loads((start / "summary.json").read_text())
     assert {stage: set(results) for stage, results in summary["held_out"].items()} == {
         "init": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}
-    assert summary["rl_change"] == sampled_change(*(str(start / "eval" / f"{stage}_sampled.trajectories.jsonl")
-                                                    for stage in ("init", "rl")))
+    assert summary["rl_change"] == sampled_change(*(str(start / "eval" / f"{stage}_sampled") for stage in ("init", "rl")))
