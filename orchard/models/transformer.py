@@ -96,7 +96,9 @@ class Attention(nnx.Module):
         ``causal`` says the mask never lets a token see a later one (:func:`attend_causal`).
 
         With a cache, this step's keys and values are written at ``write_index`` and attention runs
-        over the whole cache; the updated cache is returned.
+        over the whole cache; the updated cache is returned. A causal prefill into an empty cache
+        (``write_index`` 0) attends over its own keys only, skipping the upper triangle: the slots
+        after them are empty and masked.
         """
         cfg = self.cfg
         b, t, _ = x.shape
@@ -106,14 +108,18 @@ class Attention(nnx.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(q, positions, cfg.rope_theta), rotary(k, positions, cfg.rope_theta)
+        fresh = cache is not None and causal and isinstance(write_index, int) and write_index == 0
         if cache is not None:
             start = (0, write_index, 0, 0)
             cache = KVCache(jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start),
                             jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start))
-            k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)  # [B, S, K, Dh]
+            if fresh:  # a prefill into an empty cache: the keys are this pass's own, and causal
+                mask = mask[:, :, :t]
+            else:
+                k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)  # [B, S, K, Dh]
         groups = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)  # [B, T, K, G, Dh]
-        out = (attend_causal if causal and cache is None else attend)(q, k, v, mask)
+        out = (attend_causal if causal and (cache is None or fresh) else attend)(q, k, v, mask)
         return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), cache
 
 

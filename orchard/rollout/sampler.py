@@ -91,7 +91,8 @@ def _prefill(graphdef, state, tokens, pad, *, max_new: int, top: int) -> DecodeS
     cache_len = prompt_len + max_new
     caches = model.init_cache(batch, cache_len)
     positions = jnp.maximum(jnp.arange(prompt_len)[None, :] - pad[:, None], 0)
-    logits, caches = model.forward(tokens, positions, _prefill_mask(pad, prompt_len, cache_len), caches, 0)
+    logits, caches = model.forward(tokens, positions, _prefill_mask(pad, prompt_len, cache_len), caches, 0,
+                                   causal=True)
     return DecodeState(jnp.int32(0), caches, logits[:, -1], jnp.zeros((batch, max_new), jnp.int32),
                        jnp.zeros((batch, max_new), jnp.float32), jnp.zeros((batch,), bool),
                        jnp.zeros((batch,), jnp.int32), jnp.zeros((batch, max_new, top), jnp.int32),
