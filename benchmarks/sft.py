@@ -72,14 +72,13 @@ from flax import nnx
 
 from orchard.data.pipeline import make_dataset
 from orchard.models import ModelConfig, Transformer
-from orchard.models.sharding import make_mesh
+from orchard.models.sharding import make_mesh, shard_model
 from orchard.train.state import (
     OptimConfig,
     batch_sharding,
     init_state,
     make_optimizer,
     make_train_step,
-    param_shardings,
 )
 
 Batch = dict[str, np.ndarray]
@@ -232,7 +231,7 @@ class TunixSide:
             raise SystemExit(f"the Tunix baseline needs google-tunix: pip install google-tunix ({exc})") from None
         self.mesh = make_mesh(1, 1)
         model = build_model(cfg)
-        nnx.update(model, jax.device_put(nnx.state(model, nnx.Param), param_shardings(model, self.mesh)))
+        shard_model(model, self.mesh)
         optimizer, _ = build_optimizer(cfg)
         config = peft_trainer.TrainingConfig(
             eval_every_n_steps=cfg.total_steps + 1, max_steps=None, checkpoint_root_directory=None,

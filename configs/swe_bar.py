@@ -36,8 +36,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config = ConfigDict()
     config.seed = 0
 
-    # Stage 1: synthetic tasks. 200 is every bug these four kinds make in opkit that a test catches; 16% are held
-    # out and a fifth of the rest are RL's prompts only (orchard.tasks.swe.taskset).
+    # Stage 1: synthetic tasks: every bug these four kinds make in opkit that a test catches; 16% are held out and a
+    # fifth of the rest are RL's prompts only (orchard.tasks.swe.taskset).
     config.tasks = ConfigDict({"path": "", "sources": ("opkit",), "count": 200, "held_out_fraction": 0.16,
                                "rl_fraction": 0.2,
                                "kinds": ("swap_operator", "change_constant", "off_by_one", "invert_condition"),
@@ -57,9 +57,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                "param_dtype": "float32"})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1})
 
-    # Stage 3: credit-assignment SFT. 700 steps stop where the policy is often right greedily but often wrong when
-    # it samples, which leaves RL variance to learn from (1400 left it none). The loss also weighs the tool output
-    # the policy is shown, at half an action token's weight (orchard.data.examples).
+    # Stage 3: credit-assignment SFT, stopped early enough to leave RL rollouts that fail (docs/benchmarks.md). The
+    # loss also weighs the tool output the policy is shown, at half an action token's weight (orchard.data.examples).
     config.sft = ConfigDict({"num_steps": 700, "log_every": 10, "eval_every": 700, "checkpoint_every": 100,
                              "seq_len": 1024, "batch_size": 4, "grad_accum": 1})
     config.sft.optim = ConfigDict({"peak_lr": 1e-2, "final_lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.01,

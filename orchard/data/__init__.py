@@ -1,1 +1,2 @@
-"""The trajectory substrate: tokenizers, chat formats (and, later, trajectories, masks and pipelines)."""
+"""The trajectory substrate: trajectories, tokenizers, chat formats, training examples with their masks,
+rise segments and the Grain pipeline."""

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import numpy as np
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("fsdp", "tp", "ep")
@@ -65,3 +67,16 @@ def named_sharding(logical_axes: tuple[str | None, ...], shape: tuple[int, ...],
 def shard_bytes(array: jax.Array) -> int:
     """Bytes of the largest shard one device holds (to check that nothing sits whole on a device)."""
     return max(math.prod(shard.data.shape) * shard.data.dtype.itemsize for shard in array.addressable_shards)
+
+
+def param_shardings(model: nnx.Module, mesh: Mesh) -> Any:
+    """The ``NamedSharding`` of every parameter of ``model``, from its logical axes."""
+    state = nnx.state(model, nnx.Param)
+    return jax.tree.map(lambda v: named_sharding(v.logical_axes, tuple(v.get_value().shape), mesh), state,
+                        is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def shard_model(model: nnx.Module, mesh: Mesh) -> nnx.Module:
+    """Place ``model``'s parameters on ``mesh`` by their logical axes (in place); returns the model."""
+    nnx.update(model, jax.device_put(nnx.state(model, nnx.Param), param_shardings(model, mesh)))
+    return model

@@ -10,6 +10,7 @@ from ml_collections import ConfigDict
 from rich.table import Table
 
 from orchard.config import ConfigError
+from orchard.data.chat import CHAT_FORMATS
 from orchard.recipes.swe import RecipeResult, SWEConfig, swe_config
 
 ENGINES = {"jax": (), "vllm": ("url", "served_model", "weights_dir"), "openai": ("url", "served_model", "weights_dir")}
@@ -45,6 +46,8 @@ def check_settings(config: SWEConfig) -> list[str]:
         problems.append("sft: SFT needs teacher trajectories (teacher.samples > 0), or set sft.num_steps = 0")
     if not config.sft.num_steps and not config.model.path:
         problems.append("model: without SFT, RL starts from model.path, which is empty")
+    if config.chat_format not in CHAT_FORMATS:
+        problems.append(f"chat.format must be one of {tuple(CHAT_FORMATS)}, got {config.chat_format!r}")
     if sampler.group_size < 2:
         problems.append("rl.sampler.group_size must be at least 2 (GRPO compares rollouts within a group)")
     if sampler.name == "bar":

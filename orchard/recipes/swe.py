@@ -69,7 +69,6 @@ from orchard.models.build import ModelSpec, build_model
 from orchard.models.sharding import MeshConfig
 from orchard.models.shipped import resolve
 from orchard.models.transformer import Transformer
-from orchard.models.weights import from_pretrained
 from orchard.rollout.jax_engine import JaxEngine
 from orchard.tasks.swe.collect import CollectionConfig, collect
 from orchard.tasks.swe.instance import SWEInstance, load_instances
@@ -326,8 +325,16 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                                                             rerun)
                               for pass_ in passes}
 
+            mesh = settings.mesh.make()
+
+            def policy_model(directory: str) -> Transformer:
+                """A trained policy as RL computes with it: its dtypes, its mesh (so the two share their
+                compiled programs)."""
+                spec = ModelSpec(path=directory, dtype=settings.model.dtype, param_dtype=settings.model.param_dtype)
+                return build_model(spec, settings.seed, mesh=mesh)
+
             if split.held_out:
-                initial = build_model(settings.model, settings.seed, tokenizer.vocab_size)
+                initial = build_model(settings.model, settings.seed, tokenizer.vocab_size, mesh)
                 init_made_by = fingerprint({"model": settings.model, "tokenizer": tokenizer_made_by,
                                             "seed": settings.seed})
                 await evaluate("init", initial, init_made_by, PASSES if rl_start == "init" else ["greedy"])
@@ -339,7 +346,7 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                                                        rerun)
                 clock.lap("sft")
                 if split.held_out:
-                    await evaluate("sft", from_pretrained(policy_dir), policy_made_by, PASSES)
+                    await evaluate("sft", policy_model(policy_dir), policy_made_by, PASSES)
                 clock.lap("evaluate")
             rl_dir = os.path.join(workdir, "rl")
             await train_rl(settings.rl, rl_dir, client, swe_tasks(split.rl_prompts), BashHarness(), policy=policy_dir,
@@ -348,7 +355,7 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                            setups=setups)
             clock.lap("rl")
             if split.held_out:
-                await evaluate("rl", from_pretrained(os.path.join(rl_dir, "model")), made_by(rl_dir), PASSES)
+                await evaluate("rl", policy_model(os.path.join(rl_dir, "model")), made_by(rl_dir), PASSES)
             clock.lap("evaluate")
         finally:
             await setups.close()

@@ -1,1 +1,2 @@
-"""Training: sharded Optax trainers (SFT here, GRPO later) with Orbax checkpoints and Grain data."""
+"""Training: sharded Optax trainers for masked SFT and GRPO (BAR, fixed-N, dynamic filtering) over any Task,
+with Orbax checkpoints and Grain data."""

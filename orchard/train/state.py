@@ -19,7 +19,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from orchard.models.sharding import named_sharding
+from orchard.models.sharding import param_shardings
 from orchard.models.transformer import Transformer
 
 
@@ -51,13 +51,6 @@ def make_optimizer(config: OptimConfig, total_steps: int, b1: float = 0.9, b2: f
     optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
                             optax.adamw(schedule, b1=b1, b2=b2, weight_decay=config.weight_decay))
     return optimizer, schedule
-
-
-def param_shardings(model: Transformer, mesh: Mesh) -> Any:
-    """The ``NamedSharding`` of every parameter, from its logical axes."""
-    state = nnx.state(model, nnx.Param)
-    return jax.tree.map(lambda v: named_sharding(v.logical_axes, tuple(v.get_value().shape), mesh), state,
-                        is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 def init_state(model: Transformer, optimizer: optax.GradientTransformation, mesh: Mesh) -> tuple[Any, TrainState]:

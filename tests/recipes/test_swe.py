@@ -79,6 +79,7 @@ def test_the_check_names_each_problem():
     config.tasks.rl_fraction = 1.0
     config.rl.updates_per_batch = 0
     config.eval.samples = 0
+    config.chat.format = "llama3"
     problems = "\n".join(check_config(config))
     assert "holds no positive count" in problems and "rl.rows (8)" in problems
     assert "rl.updates_per_batch" in problems
@@ -87,6 +88,7 @@ def test_the_check_names_each_problem():
     assert "rl.pass_filter: need 0 <= low < high <= 1" in check_config(config)
     assert "rl.engine.url is required" in problems and "kubernetes backend" in problems
     assert "eval.samples (sampled held-out episodes per task) must be at least 1" in problems
+    assert "chat.format must be one of" in problems
 
 
 def test_a_field_that_does_not_fit_its_stage_is_named_before_anything_runs():
