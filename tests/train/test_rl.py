@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from types import SimpleNamespace
 
@@ -46,6 +47,8 @@ from orchard.train.rl import (
 )
 from orchard.train.state import OptimConfig, init_state, make_optimizer, make_train_step
 
+STEP = {"seq_len": 1280, "rows": 4, "micro_rows": 4}  # one learner shape for every test: one compiled step
+
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_heads": 4, "num_kv_heads": 2, "head_dim": 8,
         "max_position_embeddings": 4096, "dtype": "float32"}
 
@@ -55,15 +58,24 @@ def smollm2_tokenizer() -> Tokenizer:
     return Tokenizer.from_gguf(smollm2_gguf())  # a 49K vocabulary keeps the learner's logits small
 
 
+@functools.cache
+def _compiled(num_layers: int):
+    """One jitted GRPO step per model shape, shared by the tests (each builds its own fresh state)."""
+    model = Transformer(ModelConfig.tiny(49152, num_layers=num_layers, **TINY), rngs=nnx.Rngs(0))
+    optimizer, schedule = make_optimizer(OptimConfig(1e-3, 1e-4, 1), 10)
+    graphdef, _ = nnx.split(model, nnx.Param)
+    return optimizer, make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
+
+
 def tiny_learner(tokenizer: Tokenizer, num_layers: int, config: RLConfig):
-    """A tiny random policy over SmolLM2's vocabulary, its engine and a Learner of its GRPO step."""
+    """A fresh tiny random policy over SmolLM2's vocabulary (the same weights every call), its engine
+    and a Learner of its GRPO step."""
     model = Transformer(ModelConfig.tiny(49152, num_layers=num_layers, **TINY), rngs=nnx.Rngs(0))
     chat, engine = smollm2_format(tokenizer), JaxEngine(model, tokenizer)
     policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=16, temperature=1.0))
     mesh = make_mesh(1, 1)
-    optimizer, schedule = make_optimizer(OptimConfig(1e-3, 1e-4, 1), 10)
+    optimizer, train_step = _compiled(num_layers)
     graphdef, state = init_state(model, optimizer, mesh)
-    train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
     return policy, state, Learner(graphdef, train_step, mesh, engine, chat, config)
 
 
@@ -79,8 +91,9 @@ def _workers(client, policy, concurrency: int, max_steps: int = 2, **options) ->
                                         limits=Limits(max_steps=max_steps), **options), seed=0)
 
 
+@pytest.mark.slow
 def test_one_rl_step_in_real_sandboxes(orchestrator, minicalc, smollm2_tokenizer):
-    config = RLConfig(prompts_per_step=1, seq_len=2048, rows=2, micro_rows=2)
+    config = RLConfig(prompts_per_step=1, **STEP)
     policy, state, learner = tiny_learner(smollm2_tokenizer, 2, config)
 
     async def run():
@@ -107,9 +120,10 @@ def test_one_rl_step_in_real_sandboxes(orchestrator, minicalc, smollm2_tokenizer
     assert learner.engine.weight_version == 1 == int(new_state.step)
 
 
+@pytest.mark.slow
 def test_a_rerun_samples_the_same_rollouts_at_any_concurrency(orchestrator, minicalc, smollm2_tokenizer):
     """Episode seeds depend on (run seed, step, task, sample), not on the order episodes finish in."""
-    config = RLConfig(prompts_per_step=2, seq_len=2048, rows=4, micro_rows=4)
+    config = RLConfig(prompts_per_step=2, **STEP)
     runs = []
     for concurrency in (1, 3):
         policy, state, learner = tiny_learner(smollm2_tokenizer, 1, config)
@@ -145,7 +159,7 @@ def test_an_rl_step_with_reward_variance_changes_the_parameters_and_syncs_them(o
 
             return await super().sample(marked)
 
-    config = RLConfig(prompts_per_step=1, seq_len=2048, rows=2, micro_rows=2, updates_per_batch=2)
+    config = RLConfig(prompts_per_step=1, updates_per_batch=2, **STEP)
     policy, state, learner = tiny_learner(smollm2_tokenizer, 1, config)
     before = [np.asarray(x).copy() for x in jax.tree.leaves(state.params)]
 
@@ -208,6 +222,7 @@ def test_rollouts_broken_outside_the_policy_or_out_of_time_are_dropped(orchestra
     assert leftover == set()  # every sandbox deleted
 
 
+@pytest.mark.slow
 def test_train_rl_resumes_a_killed_run_and_refuses_a_changed_config(orchestrator, minicalc, smollm2_tokenizer,
                                                                     tmp_path, monkeypatch):
     from orchard.train import rl
@@ -217,10 +232,10 @@ def test_train_rl_resumes_a_killed_run_and_refuses_a_changed_config(orchestrator
     policy_dir = str(tmp_path / "policy")
     save_pretrained(Transformer(ModelConfig.tiny(49152, num_layers=1, **TINY), rngs=nnx.Rngs(0)), policy_dir)
     smollm2_tokenizer.save_pretrained(policy_dir)
-    config = from_config(RLConfig, {"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 1, "seq_len": 2048,
-                                    "rows": 2, "micro_rows": 2, "updates_per_batch": 2, "chat_format": "smollm2",
+    config = from_config(RLConfig, {"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 1, **STEP,
+                                    "updates_per_batch": 2, "chat_format": "smollm2",
                                     "sampler": {"name": "fixed", "group_size": 2},
-                                    "rollout": {"max_new_tokens": 16, "max_turns": 2, "max_context": 2000}})
+                                    "rollout": {"max_new_tokens": 16, "max_turns": 2, "max_context": 1200}})
     workdir = str(tmp_path / "rl")
     make_sampler, samples = rl.make_sampler, []
 
