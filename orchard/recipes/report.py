@@ -127,8 +127,8 @@ def summary_table(result: RecipeResult) -> Table:
                   f"{result.tasks['sft']} / {result.tasks['rl']} / {result.tasks['held_out']}")
     table.add_row("teacher trajectories (resolved)",
                   f"{result.teacher['trajectories']} ({result.teacher['resolved']})")
-    for stage, seconds in result.seconds.items():
-        table.add_row(f"time: {stage}", f"{seconds:.0f} s")
+    for stage, seconds in result.seconds.items():  # stages a resumed run reuses take no time here
+        table.add_row(f"time in this run: {stage}", f"{seconds:.0f} s")
     return table
 
 

@@ -156,7 +156,7 @@ class RecipeResult:
     rl_metrics: dict[int, dict[str, float]]  # per RL step
     tasks: dict[str, int]  # "sft", "rl", "held_out" -> how many instances
     teacher: dict[str, float]
-    seconds: dict[str, float]  # per stage
+    seconds: dict[str, float]  # per stage, spent in this invocation (a reused stage takes ~0 s)
 
     def to_dict(self) -> dict[str, Any]:
         return {"held_out": self.held_out, "rl_change": self.rl_change,
