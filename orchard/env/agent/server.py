@@ -27,10 +27,16 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--token-file", help=f"file holding the token (default: ${TOKEN_ENV})")
     parser.add_argument("--env-file", help="JSON object of extra environment variables for commands")
     parser.add_argument("--user", help="numeric UID:GID that commands run as (default: the agent's)")
+    parser.add_argument("--confine", action="store_true",
+                        help="set no_new_privs and load the seccomp filter on the agent first (orchard.env.agent.confine)")
     return parser
 
 
 def run_agent(args: argparse.Namespace) -> None:
+    if getattr(args, "confine", False):
+        from orchard.env.agent.confine import confine
+
+        confine()
     if args.token_file:
         with open(args.token_file) as handle:
             token = handle.read().strip()

@@ -13,6 +13,12 @@ from typing import Protocol
 from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
 from orchard.env.problems import ProblemError
 
+# The capabilities processes in a sandbox keep, in every backend: Docker's default set, less mknod.
+# Lower-case, without the CAP_ prefix (the local backend's setpriv spelling; Kubernetes wants them
+# upper-case, and its pods leave out net_raw).
+SANDBOX_CAPS = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+                "net_bind_service", "net_raw", "sys_chroot", "audit_write", "setfcap")
+
 
 @dataclass
 class SandboxHandle:

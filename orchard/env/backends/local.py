@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 
 from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
-from orchard.env.backends.base import BackendError, SandboxHandle
+from orchard.env.backends.base import SANDBOX_CAPS, BackendError, SandboxHandle
 from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
 from orchard.env.backends.rootfs import MS_NODEV, MS_NOSUID, RootPlan, mount, umount
 from orchard.env.backends.snapshots import RootSpec, SnapshotStore
@@ -56,10 +56,14 @@ from orchard.env.images import ImageConfig, ImageError, ImageUser, resolve_user,
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HIDE = ("/root", "/home", "/tmp", "/var/tmp", "/run", "/mnt", "/media", "/srv")
-# What processes in a sandbox keep: Docker's default set, less mknod.
-SANDBOX_CAPS = ("chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
-                "net_bind_service", "net_raw", "sys_chroot", "audit_write", "setfcap")
+# What a sandbox on the host's root sees of the host, read-only: the system's directories. Every
+# other top-level entry (/work, /home, /root, /tmp, /srv, a checkout, a data disk...) is hidden
+# behind an empty private directory, and so are these paths inside the shown ones.
+SHOWN_TOP_LEVEL = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "var", "proc", "dev", "sys")
+DEFAULT_HIDE = ("/var/tmp", "/var/lib", "/var/cache", "/var/log", "/var/mail", "/var/spool", "/var/backups")
+# The parts of the orchard package a sandbox's agent runs: everything else in it (the tasks, their
+# shipped repositories and answers, the recipes) is hidden inside the package's bind mount.
+AGENT_PACKAGES = ("env", "__pycache__")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -78,14 +82,36 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
-def _runtime_paths() -> list[str]:
-    """Host paths the agent needs to run inside the sandbox: its Python and the orchard package."""
+@dataclass(frozen=True)
+class HostView:
+    """What a sandbox on the host's root sees of the host (see :func:`host_view`)."""
+
+    hide: tuple[str, ...]  # replaced by empty private directories (or empty files)
+    runtime: tuple[str, ...]  # the agent's interpreter and package, bound read-only at their host paths
+    mask: tuple[str, ...]  # hidden again inside the runtime binds
+
+
+def _outermost(paths: set[str]) -> list[str]:
+    """``paths`` less those nested in another: a bind of the parent covers them."""
+    return sorted(p for p in paths if not any(p != q and p.startswith(q + "/") for q in paths))
+
+
+def host_view(extra_hide: tuple[str, ...] = (), root: str = "/") -> HostView:
+    """The host as a sandbox sees it: the system directories read-only, the agent's Python (the base
+    interpreter and the virtualenv) and the ``orchard`` package's agent parts bound in, and
+    nothing else: no checkout, no workdir, no pip cache, no other sandbox's state.
+
+    ``extra_hide`` adds paths an operator wants hidden inside the shown directories.
+    """
     import orchard
 
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(orchard.__file__)))
-    candidates = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, package_dir)}
-    # Nested paths are covered by their parent's bind mount.
-    return sorted(p for p in candidates if not any(p != q and p.startswith(q + "/") for q in candidates))
+    top = {f"/{name}" for name in os.listdir(root) if name not in SHOWN_TOP_LEVEL}
+    package = os.path.realpath(os.path.dirname(os.path.abspath(orchard.__file__)))
+    runtime = _outermost({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, package)})
+    mask = tuple(os.path.join(package, name) for name in sorted(os.listdir(package))
+                 if name not in AGENT_PACKAGES and os.path.isdir(os.path.join(package, name)))
+    hide = tuple(dict.fromkeys((*sorted(top), *DEFAULT_HIDE, *extra_hide)))
+    return HostView(hide, tuple(runtime), mask)
 
 
 @dataclass(frozen=True)
@@ -109,8 +135,10 @@ def user_namespaces_work() -> bool:
 class LocalBackend:
     name = "local"
 
-    def __init__(self, state_dir: str, hide: tuple[str, ...] = DEFAULT_HIDE, images_dir: str | None = None,
-                 agent_bundle: str | None = None) -> None:
+    def __init__(self, state_dir: str, hide: tuple[str, ...] = (), images_dir: str | None = None,
+                 agent_bundle: str | None = None, seccomp: bool = True) -> None:
+        """``hide``: host paths to hide on top of :func:`host_view`'s; ``seccomp``: confine every
+        sandbox with no_new_privs and the seccomp filter (:mod:`orchard.env.agent.confine`)."""
         self.state_dir = os.path.realpath(state_dir)
         self.images_dir = os.path.realpath(images_dir) if images_dir else None
         self.agent_bundle = os.path.realpath(agent_bundle) if agent_bundle else None
@@ -120,8 +148,8 @@ class LocalBackend:
         self.sandboxes_dir = os.path.join(self.state_dir, "sandboxes")
         os.makedirs(self.sandboxes_dir, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
-        self.hide = tuple(dict.fromkeys((*hide, self.state_dir)))
-        for path in (*self.hide, *_runtime_paths()):
+        self.view = host_view((*hide, self.state_dir))
+        for path in (*self.view.hide, *self.view.runtime, *self.view.mask):
             if any(c.isspace() for c in path):
                 raise ValueError(f"paths with whitespace are not supported here: {path!r}")
         # One cgroup group per state dir, so that orchestrators with different state dirs never
@@ -129,6 +157,7 @@ class LocalBackend:
         digest = hashlib.sha256(self.state_dir.encode()).hexdigest()[:10]
         self.cgroups = CgroupManager(group=f"orchard-{digest}")
         self.rootful = os.geteuid() == 0
+        self.seccomp = seccomp
         self._userns: bool | None = None
         self._launchers: dict[str, asyncio.subprocess.Process] = {}
         self._zygote = Zygote(os.path.join(self.state_dir, f"zygote-{os.getpid()}.sock"))  # one per process
@@ -182,7 +211,8 @@ class LocalBackend:
         """How the zygote starts a sandbox of a root backend (see zygote.py)."""
         hostname = self._hostname(sandbox_id)
         plan = RootPlan(sandbox_dir, image.rootfs if image else "/", root.workdir, hostname,
-                        hide=() if image else self.hide, runtime=() if image else tuple(_runtime_paths()),
+                        hide=() if image else self.view.hide, runtime=() if image else self.view.runtime,
+                        mask=() if image else self.view.mask,
                         bundle=self.agent_bundle if image else None)
         agent_args = ["--uds", "/run/orchard/agent.sock", "--token-file", "/run/orchard/token", "--env-file",
                       "/run/orchard/env.json", "--state-dir", "/run/orchard/state", "--workdir", root.workdir]
@@ -195,19 +225,22 @@ class LocalBackend:
             command, agent_env = [], {"PATH": DEFAULT_PATH, "HOME": "/root", "LANG": "C.UTF-8", "HOSTNAME": hostname}
         return {"plan": asdict(plan), "join": join, "memory": spec.memory_bytes, "pids": spec.pids,
                 "log": os.path.join(sandbox_dir, "agent.log"), "net": spec.network == "none",
-                "caps": list(SANDBOX_CAPS), "exec": command, "agent_env": agent_env, "agent_args": agent_args}
+                "caps": list(SANDBOX_CAPS), "exec": command, "agent_env": agent_env, "agent_args": agent_args,
+                "confine": self.seccomp}
 
     def _init_env(self, sandbox_id: str, sandbox_dir: str, workdir: str) -> dict[str, str]:
         """The environment of ``sandbox_init.sh`` (the rootless path)."""
         return {
             "ORCHARD_SANDBOX_DIR": sandbox_dir,
-            "ORCHARD_HIDE": " ".join(self.hide),
-            "ORCHARD_RUNTIME": " ".join(_runtime_paths()),
+            "ORCHARD_HIDE": " ".join(self.view.hide),
+            "ORCHARD_RUNTIME": " ".join(self.view.runtime),
+            "ORCHARD_MASK": " ".join(self.view.mask),
             "ORCHARD_WORKDIR": workdir,
             "ORCHARD_HOSTNAME": self._hostname(sandbox_id),
             "ORCHARD_PYTHON": sys.executable,
             "ORCHARD_PATH": DEFAULT_PATH,
             "ORCHARD_CAPS": ",".join(f"+{cap}" for cap in SANDBOX_CAPS),
+            "ORCHARD_CONFINE": "--confine" if self.seccomp else "",
             "PATH": DEFAULT_PATH,
             "HOME": "/root",
             "LANG": "C.UTF-8",

@@ -6,8 +6,10 @@ short-lived processes (``mount``, ``mkdir``, ``ln``...): the zygote's fork calls
 
     /                 overlay: the plan's lower layer (the host's / or an image's root) below,
                       the sandbox's private writable layer above
-    hidden paths      (host root only) empty private directories over /root, /home, /tmp, ...
-    runtime paths     (host root only) the agent's Python, bound read-only at their host paths
+    hidden paths      (host root only) empty private directories (or files) over every top-level
+                      entry but the system's (/work, /root, /home, /tmp, ...) and a few inside them
+    runtime paths     (host root only) the agent's Python and package, bound read-only at their host
+                      paths, with the package's non-agent parts hidden again (masks)
     /.orchard         (image only) the agent bundle, read-only
     /proc /dev /sys   fresh proc for the new pid namespace, a minimal /dev, read-only sysfs
     /run/orchard      the agent's socket, token and state, shared with the orchestrator
@@ -46,6 +48,7 @@ class RootPlan:
     hostname: str
     hide: tuple[str, ...] = ()  # host root only
     runtime: tuple[str, ...] = ()  # host root only
+    mask: tuple[str, ...] = ()  # host root only: hidden again inside the runtime binds
     bundle: str | None = None  # image only
 
 
@@ -98,6 +101,17 @@ def _minimal_dev(root: str) -> None:
         os.symlink(target, f"{dev}/{link}")
 
 
+def _hide(target: str, private: str, read_only: bool = False) -> None:
+    """Put an empty private directory (or file) over ``target``, if there is one."""
+    if os.path.isdir(target) and not os.path.islink(target):
+        os.makedirs(private, exist_ok=True)
+    elif os.path.isfile(target) and not os.path.islink(target):
+        open(private, "a").close()
+    else:
+        return
+    bind(private, target, read_only=read_only)
+
+
 def build_root(plan: RootPlan) -> None:
     """Build the root in the calling process's (new) mount namespace and ``pivot_root`` into it."""
     sandbox, root = plan.sandbox_dir, f"{plan.sandbox_dir}/merged"
@@ -110,15 +124,15 @@ def build_root(plan: RootPlan) -> None:
         os.makedirs(f"{root}/.orchard", exist_ok=True)
         bind(plan.bundle, f"{root}/.orchard", read_only=True)
     for number, path in enumerate(plan.hide, 1):
-        if os.path.isdir(f"{root}{path}"):
-            os.makedirs(f"{sandbox}/rw/private/{number}", exist_ok=True)
-            bind(f"{sandbox}/rw/private/{number}", f"{root}{path}")
+        _hide(f"{root}{path}", f"{sandbox}/rw/private/{number}")
     for path in ("tmp", "var/tmp"):
         with contextlib.suppress(OSError):
             os.chmod(f"{root}/{path}", 0o1777)
     for path in plan.runtime:
         os.makedirs(f"{root}{path}", exist_ok=True)
         bind(path, f"{root}{path}", read_only=True)
+    for number, path in enumerate(plan.mask, 1):
+        _hide(f"{root}{path}", f"{sandbox}/rw/private/mask-{number}", read_only=True)
     mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _minimal_dev(root)
     try:

@@ -5,8 +5,10 @@
 # Builds the sandbox's private root and execs the agent in it:
 #   /                 overlay: the host's / read-only below, a private writable layer above
 #                     (rootless fallback: read-only binds of the host's top-level directories)
-#   hidden paths      replaced by empty private directories (/root, /home, /tmp, /run, state dir...)
-#   runtime paths     the agent's Python, bound read-only at their host paths
+#   hidden paths      replaced by empty private directories (every top-level entry but the system's,
+#                     a few inside those, the state dir)
+#   runtime paths     the agent's Python and package, bound read-only at their host paths, with the
+#                     package's non-agent parts hidden again (ORCHARD_MASK)
 #   /proc /dev /sys   fresh proc for the new pid namespace, a minimal /dev, read-only sysfs
 #   /run/orchard      the agent's socket, token and state, shared with the orchestrator
 # then pivot_root into it, so nothing of the host tree stays reachable, and drop capabilities.
@@ -42,8 +44,11 @@ fi
 n=0
 for path in $ORCHARD_HIDE; do
   n=$((n + 1))
-  if [ -d "$R$path" ]; then
+  if [ -d "$R$path" ] && [ ! -L "$R$path" ]; then
     mkdir -p "$SB/rw/private/$n"
+    mount --bind "$SB/rw/private/$n" "$R$path"
+  elif [ -f "$R$path" ] && [ ! -L "$R$path" ]; then
+    touch "$SB/rw/private/$n"
     mount --bind "$SB/rw/private/$n" "$R$path"
   fi
 done
@@ -53,6 +58,14 @@ for path in $ORCHARD_RUNTIME; do
   mkdir -p "$R$path"
   mount --bind "$path" "$R$path"
   mount -o remount,bind,ro "$R$path"
+done
+n=0
+for path in $ORCHARD_MASK; do  # the package's parts the agent does not run
+  n=$((n + 1))
+  if [ -d "$R$path" ]; then
+    mkdir -p "$SB/rw/private/mask-$n"
+    mount --bind "$SB/rw/private/mask-$n" "$R$path"
+  fi
 done
 
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
@@ -86,7 +99,9 @@ rmdir /.oldroot
 cd /
 
 # Drop every capability a container runtime would not give (mount, mknod, module loading, raw I/O,
-# ptrace, ...) from the bounding set: nothing the agent starts can ever regain them.
-exec setpriv --bounding-set "-all,$ORCHARD_CAPS" env -i PATH="$ORCHARD_PATH" HOME=/root LANG=C.UTF-8 HOSTNAME="$ORCHARD_HOSTNAME" \
-  "$ORCHARD_PYTHON" -m orchard.env.agent --uds /run/orchard/agent.sock --token-file /run/orchard/token \
-  --env-file /run/orchard/env.json --state-dir /run/orchard/state --workdir "$ORCHARD_WORKDIR"
+# ptrace, ...) from the bounding set, and set no_new_privs: nothing the agent starts can ever regain
+# them. With --confine the agent loads the seccomp filter on itself before it serves.
+exec setpriv --no-new-privs --bounding-set "-all,$ORCHARD_CAPS" env -i PATH="$ORCHARD_PATH" HOME=/root LANG=C.UTF-8 \
+  HOSTNAME="$ORCHARD_HOSTNAME" "$ORCHARD_PYTHON" -m orchard.env.agent --uds /run/orchard/agent.sock \
+  --token-file /run/orchard/token --env-file /run/orchard/env.json --state-dir /run/orchard/state \
+  --workdir "$ORCHARD_WORKDIR" $ORCHARD_CONFINE

@@ -13,8 +13,10 @@ and serves launch requests on a Unix socket. For each request:
 3. PID 1 builds the sandbox's root with system calls (:func:`orchard.env.backends.rootfs.build_root`)
    and ``pivot_root``s into it;
 4. on the host's root, PID 1 then drops every capability outside the sandbox's set (bounding,
-   permitted, effective and inheritable), cleans its environment, and runs the agent it already
-   has in memory; in an image, it execs the agent bundle's ``setpriv`` and frozen agent instead.
+   permitted, effective and inheritable), sets no_new_privs and loads the seccomp filter
+   (:mod:`orchard.env.agent.confine`, built once here), cleans its environment, and runs the
+   agent it already has in memory; in an image, it confines itself the same way and execs the
+   agent bundle's ``setpriv`` and frozen agent, which inherit both.
 
 Pages stay shared copy-on-write between the zygote and every sandbox until written. Every sandbox
 of a root backend starts here; the rootless path keeps ``unshare`` and ``sandbox_init.sh``.
@@ -36,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 
+from orchard.env.agent.confine import ConfinementError, build_filter, confine
 from orchard.env.backends.rootfs import LIBC, RootPlan, build_root, libc_call
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
@@ -74,6 +77,8 @@ def drop_capabilities(keep: tuple[str, ...]) -> None:
 
 # ------------------------------------------------------------ inside the zygote
 
+_seccomp: object | str | None = None  # the filter every sandbox loads, or why it could not be built
+
 
 def _become_sandbox(request: dict) -> None:
     """PID 1 of the new namespaces: build the root, drop privileges, run the agent. Never returns."""
@@ -87,6 +92,10 @@ def _become_sandbox(request: dict) -> None:
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
         handle.write(str(AGENT_OOM_SCORE_ADJ))
     build_root(RootPlan(**request["plan"]))
+    if request["confine"] and not isinstance(_seccomp, str):
+        confine(_seccomp)
+    elif request["confine"]:
+        raise ConfinementError(_seccomp)
     if request["exec"]:  # an image: its agent is the bundle's, which starts the same way from here
         os.execve(request["exec"][0], request["exec"], request["agent_env"])
     drop_capabilities(tuple(request["caps"]))
@@ -154,8 +163,13 @@ def _preload() -> None:
 
 
 def serve(socket_path: str) -> None:
+    global _seccomp
     libc_call(LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")  # dies with its orchestrator
     _preload()
+    try:
+        _seccomp = build_filter()
+    except ConfinementError as error:  # each confined launch then fails with this, in its agent.log
+        _seccomp = str(error)
     gc.collect()
     gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the launch children exit at once: no zombies

@@ -39,6 +39,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                              "default: $ORCHARD_K8S_CONFIG, else built-in defaults)")
     parser.add_argument("--kubeconfig", default=None,
                         help="kubeconfig for the kubernetes backend (default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--hide", action="append", default=[p for p in os.environ.get("ORCHARD_SANDBOX_HIDE", "").split(":") if p],
+                        metavar="PATH", help="local backend: also hide this host path from every sandbox (repeatable; "
+                        "$ORCHARD_SANDBOX_HIDE, colon-separated). Only the system directories and the agent's Python are "
+                        "shown by default")
+    parser.add_argument("--no-seccomp", action="store_true",
+                        help="local backend: start sandboxes without the seccomp filter (for kernels that refuse it)")
     parser.add_argument("--reap-interval", type=float, default=5.0, help="seconds between TTL/orphan sweeps")
     parser.add_argument("--log-level", default="info")
     return parser
@@ -55,7 +61,8 @@ def build_backend(args: argparse.Namespace) -> Backend:
         return KubernetesBackend(options, api_client(args.kubeconfig))
     from orchard.env.backends.local import LocalBackend
 
-    return LocalBackend(args.state_dir, images_dir=args.images, agent_bundle=args.agent_bundle)
+    return LocalBackend(args.state_dir, hide=tuple(args.hide), images_dir=args.images, agent_bundle=args.agent_bundle,
+                        seccomp=not args.no_seccomp)
 
 
 def serve(args: argparse.Namespace) -> None:

@@ -12,14 +12,30 @@ Where the pod departs from the local backend:
 - ``spec.workdir`` unset keeps the image's WORKDIR (``/`` if it has none), where the local backend
   defaults to ``/workspace``.
 - Commands run as the image's USER, chosen by the container runtime (locally: ``setpriv``).
+
+The hardening, the same intent as the local backend's (no new privileges, a seccomp filter, a
+small capability set):
+
+- ``seccompProfile: RuntimeDefault`` on the pod and on every container.
+- Every container: ``allowPrivilegeEscalation: false`` and ``privileged: false``.
+- The sandbox container drops ALL capabilities and adds back the local backend's set
+  (``SANDBOX_CAPS``, Docker's default less mknod) less NET_RAW: no raw sockets, so no ICMP/ARP
+  spoofing inside the cluster network.
+- The init container keeps no capability and has a read-only root (it writes only into the
+  bundle's emptyDir).
+- ``KubernetesOptions.read_only_root`` (off by default) makes the sandbox container's root
+  read-only too, with writable emptyDirs at its workdir (``/workspace`` when the spec names none),
+  ``/tmp`` and the agent's state dir.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 from typing import Any
 
 from orchard.env.api import SandboxSpec
+from orchard.env.backends.base import SANDBOX_CAPS
 from orchard.env.backends.kubernetes.options import KubernetesOptions
 from orchard.env.bundle import AGENT, MOUNT
 
@@ -41,6 +57,12 @@ AGENT_STATE_DIR = "/tmp/.orchard-agent"
 # 169.254.169.252). No sandbox may reach them, whatever its spec allows.
 METADATA_SERVERS = ("169.254.169.254/32", "169.254.169.252/32")
 EVERYWHERE = ("0.0.0.0/0", "::/0")
+# What the sandbox container adds back after dropping ALL: the local backend's set, in Kubernetes'
+# spelling, less NET_RAW (raw sockets would let a sandbox spoof packets on the cluster network).
+CAPABILITIES = tuple(cap.upper() for cap in SANDBOX_CAPS if cap != "net_raw")
+SECCOMP = {"type": "RuntimeDefault"}
+# The workdir of a read-only-root sandbox whose spec names none (the local backend's default).
+READ_ONLY_WORKDIR = "/workspace"
 
 
 def pod_name(sandbox_id: str) -> str:
@@ -74,8 +96,10 @@ def sandbox_pod(sandbox_id: str, spec: SandboxSpec, options: KubernetesOptions) 
     resources = {"cpu": f"{round(spec.cpu * 1000)}m", "memory": spec.memory}
     if spec.disk:
         resources["ephemeral-storage"] = spec.disk
+    # A read-only root leaves the image's WORKDIR unwritable: such a sandbox gets /workspace instead.
+    workdir = spec.workdir or (READ_ONLY_WORKDIR if options.read_only_root else None)
     args = ["--port", str(options.agent_port), "--state-dir", AGENT_STATE_DIR]
-    args += ["--workdir", spec.workdir or "."]  # ".": the image's WORKDIR, where the runtime starts it
+    args += ["--workdir", workdir or "."]  # ".": the image's WORKDIR, where the runtime starts it
     container: dict[str, Any] = {
         "name": "sandbox",
         "image": options.image_reference(spec.image),
@@ -87,19 +111,29 @@ def sandbox_pod(sandbox_id: str, spec: SandboxSpec, options: KubernetesOptions) 
         "readinessProbe": {"httpGet": {"path": "/health", "port": options.agent_port},
                            "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 3},
         "resources": {"requests": resources, "limits": dict(resources)},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["NET_RAW"]},
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                            "capabilities": {"drop": ["ALL"], "add": list(CAPABILITIES)},
+                            "seccompProfile": dict(SECCOMP)},
         "volumeMounts": [{"name": "orchard", "mountPath": MOUNT, "readOnly": True}],
     }
-    if spec.workdir:
-        container["workingDir"] = spec.workdir
+    if workdir:
+        container["workingDir"] = workdir
+    volumes: list[dict[str, Any]] = [{"name": "orchard", "emptyDir": {"sizeLimit": "512Mi"}}]
+    if options.read_only_root:
+        container["securityContext"]["readOnlyRootFilesystem"] = True
+        # One mount per path (a workdir of /tmp would otherwise be mounted twice); nothing over "/".
+        paths = dict.fromkeys(posixpath.normpath(p) for p in (workdir or READ_ONLY_WORKDIR, "/tmp", AGENT_STATE_DIR))
+        for i, path in enumerate(p for p in paths if p != "/"):
+            volumes.append({"name": f"writable-{i}", "emptyDir": {}})
+            container["volumeMounts"].append({"name": f"writable-{i}", "mountPath": path})
     init = {
         "name": "orchard-bundle",
         "image": options.bundle_image,
         "command": ["cp", "-a", "/bundle/.", f"{MOUNT}/"],
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                            "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True,
+                            "seccompProfile": dict(SECCOMP)},
         "volumeMounts": [{"name": "orchard", "mountPath": MOUNT}],
     }
     pod_spec: dict[str, Any] = {
@@ -108,9 +142,10 @@ def sandbox_pod(sandbox_id: str, spec: SandboxSpec, options: KubernetesOptions) 
         "enableServiceLinks": False,
         "hostname": "sandbox",
         "terminationGracePeriodSeconds": 1,
+        "securityContext": {"seccompProfile": dict(SECCOMP)},
         "initContainers": [init],
         "containers": [container],
-        "volumes": [{"name": "orchard", "emptyDir": {"sizeLimit": "512Mi"}}],
+        "volumes": volumes,
     }
     optional = {"runtimeClassName": options.runtime_class, "priorityClassName": options.priority_class,
                 "serviceAccountName": options.service_account,

@@ -1,0 +1,119 @@
+"""What a local sandbox's occupant can neither see nor do (needs root: a real orchestrator).
+
+The red team's in-sandbox attacks at the environment level: the host's checkout, workdirs and
+caches are out of sight, and the calls a container runtime refuses are refused (no_new_privs and
+the seccomp filter of :mod:`orchard.env.agent.confine`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+import pytest
+
+import orchard
+from orchard.env.agent.confine import build_filter
+from orchard.env.backends.local import host_view
+
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(orchard.__file__)))
+PACKAGE = os.path.dirname(os.path.abspath(orchard.__file__))
+
+
+def syscall_number(name: str) -> int:
+    import pyseccomp
+
+    return pyseccomp.resolve_syscall(pyseccomp.system_arch(), name)
+
+
+def raw_syscall(sandbox, name: str, *args: int) -> str:
+    """Call ``name`` with ``args`` in the sandbox through libc's syscall(); its ``errno`` name, or ``ok``."""
+    code = ("import ctypes, errno; libc = ctypes.CDLL(None, use_errno=True); "
+            f"r = libc.syscall({syscall_number(name)}, {', '.join(map(str, args)) or '0'}); "
+            "print('ok' if r >= 0 else errno.errorcode[ctypes.get_errno()])")
+    result = sandbox.exec(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}")
+    assert result.exit_code == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_every_process_has_no_new_privs_and_the_filter(sandbox):
+    status = sandbox.exec("grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status").stdout.split()
+    assert status == ["NoNewPrivs:", "1", "Seccomp:", "2"]  # 2: a filter is loaded
+
+
+@pytest.mark.parametrize("command", ["unshare -U true", "unshare -m true", "mount -t tmpfs none /mnt", "umount /proc"])
+def test_namespace_and_mount_commands_are_refused(sandbox, command):
+    result = sandbox.exec(command)
+    assert result.exit_code != 0
+    said = result.stderr.lower()  # util-linux words EPERM its own way per tool
+    assert any(words in said for words in ("not permitted", "permission denied", "must be superuser")), said
+
+
+@pytest.mark.parametrize(("name", "args"), [("keyctl", (0, 0)), ("add_key", (0, 0, 0, 0, 0)), ("bpf", (0, 0, 0)),
+                                            ("init_module", (0, 0, 0)), ("finit_module", (0, 0, 0)),
+                                            ("delete_module", (0, 0)), ("kexec_load", (0, 0, 0, 0)),
+                                            ("reboot", (0, 0, 0, 0)), ("setns", (0, 0)), ("unshare", (0x10000000,)),
+                                            ("perf_event_open", (0, 0, 0, 0, 0)), ("userfaultfd", (0,)),
+                                            ("process_vm_readv", (1, 0, 0, 0, 0, 0))])
+def test_kernel_calls_are_refused_with_eperm(sandbox, name, args):
+    assert raw_syscall(sandbox, name, *args) == "EPERM"
+
+
+def test_clone_into_a_new_user_namespace_is_refused_and_plain_forks_work(sandbox):
+    assert raw_syscall(sandbox, "clone", 0x10000000 | 17, 0, 0, 0, 0) == "EPERM"  # CLONE_NEWUSER | SIGCHLD
+    assert sandbox.exec("sh -c 'echo forked' & wait").stdout.strip() == "forked"  # clone without namespace flags
+
+
+def test_the_filter_builds_here():
+    assert build_filter() is not None  # libseccomp is on this machine: the tests above ran confined
+
+
+def test_the_host_checkout_workdirs_and_caches_are_out_of_sight(sandbox, tmp_path):
+    (tmp_path / "instances.jsonl").write_text('{"patch": "the gold patch"}\n')
+    hidden = [str(tmp_path), os.path.join(CHECKOUT, "runs"), os.path.join(CHECKOUT, "tests"),
+              os.path.join(CHECKOUT, "configs"), os.path.join(PACKAGE, "tasks", "swe", "repos"),
+              os.path.join(PACKAGE, "recipes"), os.path.expanduser("~/.cache"), "/tmp", "/home", "/srv"]
+    probe = " ; ".join(f"ls -A {shlex.quote(path)} 2>/dev/null | head -1" for path in hidden)
+    assert sandbox.exec(probe).stdout.strip() == ""  # each is absent or an empty private directory
+    found = sandbox.exec(f"find {shlex.quote(CHECKOUT)} / -xdev -name instances.jsonl 2>/dev/null | head -3")
+    assert found.stdout.strip() == ""
+
+
+def test_the_agent_s_python_and_package_are_there(sandbox):
+    result = sandbox.exec(f"{shlex.quote(sys.executable)} -c 'import orchard.env.agent.confine, pytest; print(1)'")
+    assert result.ok and result.stdout.strip() == "1", result.stderr
+    blocked = sandbox.exec(f"{shlex.quote(sys.executable)} -c 'import orchard.tasks.swe.task'")
+    assert not blocked.ok and "ModuleNotFoundError" in blocked.stderr
+
+
+def test_the_view_hides_every_top_level_entry_but_the_system_s(tmp_path):
+    for name in ("usr", "etc", "work", "data"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "secret.json").write_text("{}")
+    view = host_view(("/etc/orchard-secrets",), root=str(tmp_path))
+    assert {"/work", "/data", "/secret.json", "/etc/orchard-secrets"} <= set(view.hide)
+    assert "/usr" not in view.hide and "/etc" not in view.hide
+    assert PACKAGE in view.runtime and CHECKOUT not in view.runtime
+    assert os.path.join(PACKAGE, "tasks") in view.mask and os.path.join(PACKAGE, "env") not in view.mask
+
+
+def test_another_sandbox_s_workspace_is_out_of_reach(client, sandbox):
+    with client.create(memory="256Mi") as other:
+        other.write_file("/workspace/secret.txt", "the other sandbox's answer\n")
+        assert sandbox.exec("cat /workspace/secret.txt").exit_code != 0
+        search = sandbox.exec("grep -rl \"the other sandbox's answer\" /workspace /run /var /opt 2>/dev/null | head -1")
+        assert search.stdout.strip() == ""
+
+
+def test_the_orchestrator_and_the_host_loopback_are_unreachable(client, orchestrator):
+    port = int(orchestrator.base_url.rsplit(":", 1)[1])
+    code = ("import socket, sys\n"
+            "for host in ('127.0.0.1', '::1'):\n"
+            "    try:\n"
+            f"        socket.create_connection((host, {port}), timeout=2).close(); print('reached', host)\n"
+            "    except OSError as e:\n"
+            "        print('refused', host)\n")
+    with client.create(memory="256Mi", network="none") as isolated:
+        result = isolated.exec(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}")
+    assert result.ok and "reached" not in result.stdout and result.stdout.count("refused") == 2
