@@ -16,6 +16,8 @@ that exceeds ``command_timeout`` is killed and reported, and the run goes on.
 Submission follows mini-swe-agent: a command whose output's first line is
 ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` ends the run, and the rest of that output is the
 submission (the prompt asks for ``git add -A && git diff --cached``, so new files are included).
+A submission longer than the shell's output cap (1 MiB) is cut, and a cut diff is no submission:
+it is recorded as empty, with ``metadata["submission_truncated"]``.
 Only the assistant's content is searched for the block, never its ``<think>`` reasoning.
 """
 
@@ -156,6 +158,8 @@ class BashHarness:
             return Observation(Message(role="user", content=text))
         lines = result.output.lstrip().splitlines(keepends=True)
         if lines and lines[0].strip() == SUBMIT_SENTINEL:
+            if result.truncated:  # a cut diff could still apply in part: it is no submission at all
+                return Observation(None, submission="", metadata={"submission_truncated": True})
             return Observation(None, submission="".join(lines[1:]))
         return Observation(Message(role="user", content=self.observation(result.exit_code, result.output)))
 

@@ -1,7 +1,10 @@
 """Episodes of any :class:`~orchard.harness.task.Task`: one sandbox each, always deleted.
 
 :func:`run_episode` is one: create a sandbox of the task family's spec, ``task.setup``, the agent
-loop (:func:`~orchard.harness.core.run_agent`), ``task.grade``, delete. The task is graded only
+loop (:func:`~orchard.harness.core.run_agent`), ``task.grade``, delete. A family with
+``pristine_grading`` is graded in a second sandbox, a fresh copy of the set-up, after the
+episode's own is deleted (the grader never sees what the policy did to its sandbox, and nothing
+the policy started outlives its episode). The task is graded only
 when the policy ended the episode itself (it submitted, or ran into a step, token or format
 limit); an episode cut by the wall clock, or broken by the engine or the sandbox, says nothing of
 the policy and gets reward ``None`` without a grader run (the paper excludes time-outs from
@@ -57,10 +60,7 @@ async def run_episode(client: AsyncSandboxClient, harness: Harness, policy: Poli
     creating the sandbox, setting it up and grading.
     """
     clock = time.monotonic()
-    if setups is not None:
-        box, ready = await setups.sandbox(task)
-    else:
-        box, ready = await client.create(**task.family.sandbox), False
+    box, ready = await _sandbox(client, task, setups)
     timing = {"create_s": time.monotonic() - clock}
     try:
         clock = time.monotonic()
@@ -70,16 +70,40 @@ async def run_episode(client: AsyncSandboxClient, harness: Harness, policy: Poli
         trajectory = await run_agent(harness, policy, box, task.prompt, limits=limits or task.family.limits,
                                      task_id=task.id, seed=seed, metadata=metadata)
         clock = time.monotonic()
-        if trajectory.end_reason.graded:
-            outcome = await task.grade(box, trajectory)
-        else:
+        if not trajectory.end_reason.graded:
             outcome = Outcome(reward=None, resolved=False)
+        elif task.family.pristine_grading:
+            await _delete(box)  # and every process the policy left running in it
+            box = None
+            outcome = await _grade_pristine(client, task, trajectory, setups)
+        else:
+            outcome = await task.grade(box, trajectory)
         timing["grade_s"] = time.monotonic() - clock
         trajectory.outcome = outcome.model_copy(update={"status": trajectory.outcome.status})
         trajectory.metadata["episode_timing"] = timing
         return trajectory
     finally:
-        await _delete(box)
+        if box is not None:
+            await _delete(box)
+
+
+async def _sandbox(client: AsyncSandboxClient, task: Task, setups: SetupCache | None) -> tuple[AsyncSandbox, bool]:
+    """A sandbox for ``task`` and whether it is already set up (forked from its set-up snapshot)."""
+    if setups is not None:
+        return await setups.sandbox(task)
+    return await client.create(**task.family.sandbox), False
+
+
+async def _grade_pristine(client: AsyncSandboxClient, task: Task, trajectory: Trajectory,
+                          setups: SetupCache | None) -> Outcome:
+    """``task.grade`` in a sandbox the policy never touched: a copy of the set-up, deleted afterwards."""
+    clean, ready = await _sandbox(client, task, setups)
+    try:
+        if not ready:
+            await task.setup(clean)
+        return await task.grade(clean, trajectory)
+    finally:
+        await _delete(clean)
 
 
 async def _delete(box: AsyncSandbox) -> None:

@@ -16,7 +16,8 @@ the harness limits it expects. Callers may tighten the limits (an RL config caps
 
 :func:`~orchard.harness.episode.run_episode` runs one: sandbox, ``setup``, the harness, ``grade``
 (only when the policy ended the episode itself: a run cut by the wall clock or broken by the
-sandbox has reward ``None`` and is not graded), and the sandbox deleted.
+sandbox has reward ``None`` and is not graded; in a pristine sandbox of its own where the family
+asks for it), and the sandboxes deleted.
 """
 
 from __future__ import annotations
@@ -32,14 +33,26 @@ from orchard.harness.core import Limits
 
 @dataclass(frozen=True)
 class TaskFamily:
-    """What every task of a family asks for. ``setup_in_files``: a task's set-up leaves only files
-    behind (no running process), so it can be done once, kept as a snapshot, and forked for every
-    episode (:class:`~orchard.harness.episode.SetupCache`)."""
+    """What every task of a family asks for.
+
+    ``setup_in_files``: a task's set-up leaves only files behind (no running process), so it can be
+    done once, kept as a snapshot, and forked for every episode
+    (:class:`~orchard.harness.episode.SetupCache`).
+
+    ``pristine_grading``: ``grade`` runs in a pristine copy of the task's set-up, not in the
+    sandbox the policy used. The episode's sandbox is deleted first, with every process the
+    policy left running in it; the grader gets a fresh sandbox (forked from the set-up snapshot,
+    or set up anew) and reads what it needs of the episode from the trajectory (a submitted
+    patch). Use it wherever the answer can be carried out of the sandbox as data: nothing the
+    policy did to its sandbox can then reach the grader. Families whose state only exists in the
+    episode's sandbox (tool services' logs, a browser's page) grade in place.
+    """
 
     name: str
     sandbox: Mapping[str, Any] = field(default_factory=lambda: {"cpu": 1.0, "memory": "2Gi", "ttl": 300.0})
     limits: Limits = field(default_factory=Limits)
     setup_in_files: bool = False
+    pristine_grading: bool = False
 
 
 @runtime_checkable
@@ -62,7 +75,8 @@ class Task(Protocol):
         ...
 
     async def grade(self, sandbox: AsyncSandbox, trajectory: Trajectory) -> Outcome:
-        """Grade an episode the policy finished (submitted, or ran into a limit), in its sandbox."""
+        """Grade an episode the policy finished (submitted, or ran into a limit): in its sandbox, or
+        in a pristine copy of the set-up when the family says ``pristine_grading``."""
         ...
 
 

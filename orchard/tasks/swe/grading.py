@@ -1,20 +1,39 @@
 """Grade a submission with SWE-bench's rules, in a sandbox set up by :mod:`orchard.tasks.swe.workspace`.
 
-:func:`grade_submission`, on a sandbox whose repository is still at its base (a fresh sandbox after
-:func:`~orchard.tasks.swe.workspace.setup_workspace`, as SWE-bench grades in a fresh container):
+:func:`grade_submission` runs on a sandbox whose repository is still at its base: a pristine copy
+of the task's set-up that the policy never touched (the SWE family grades in one:
+:attr:`~orchard.harness.task.TaskFamily.pristine_grading`), as SWE-bench grades in a fresh
+container. Nothing the policy left behind (files outside the repository, a pre-written report, a
+background process) is there; only the submitted diff comes across.
 
 1. Apply the submission (a unified diff) with the sandbox's ``apply_patch`` (``git apply``,
    then ``patch --fuzz``, all or nothing). A patch that does not apply: not resolved, with the
    rejected hunks as the reason. An empty submission applies trivially and is graded as is.
-2. Restore every file the test patch touches to the base (or delete it where the base lacks it),
-   like SWE-bench's ``git checkout <base> -- <test files>``, so a submission cannot pre-empt or
-   change the tests; then apply the test patch.
-3. Run the files that hold the FAIL_TO_PASS and PASS_TO_PASS tests with pytest, reading results
-   per test from a JUnit report, with the ``-rA`` summary as a fallback (:mod:`.testlog`).
+2. **Discard what the submission may not change** (:func:`protected`): the files holding the
+   instance's FAIL_TO_PASS and PASS_TO_PASS tests, visible or hidden, everything else under the
+   directories that hold them (helpers, ``__init__.py``), the test patch's files, and every file
+   that configures or extends pytest or the interpreter wherever it sits (``conftest.py``,
+   ``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``, ``sitecustomize.py``,
+   ``usercustomize.py``, ``*.pth``). Each is put back as it was at the base, or deleted where the
+   base lacks it. The paper's SWE-bench formulation grades against the gold tests, so a change
+   to them is discarded, not punished: the rest of the submission is graded as if it had not
+   been made, and the discarded paths are recorded (:attr:`GradeResult.discarded`). Then the
+   test patch is applied.
+3. Run the files that hold the FAIL_TO_PASS and PASS_TO_PASS tests with pytest, writing the JUnit
+   report into a directory made for this grade under a random name (a path that did not exist
+   before, so nothing can have pre-written it). The report is read with a size cap
+   (:data:`REPORT_MAX_BYTES`) and parsed with ``defusedxml`` (:func:`~.testlog.parse_junit`).
+   A report that is missing (pytest killed, crashed or never started), oversized or malformed is
+   a failed grade with that reason, never a pass: the grader does not fall back to the log.
 4. Resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passed (``passed`` or
    ``xfailed``). A test missing from the results counts as failed, and so does a skipped one:
    stricter than SWE-bench, which leaves skipped tests out of its counts, so that a submission
    cannot resolve a task by making its tests skip.
+
+What this does not stop: the code under test runs inside the test process, so a submission to it
+could rewrite pytest's results from there (a patched ``_pytest`` at import time). No grader that
+runs the code under test in-process can rule that out; the red-team attacks
+(:mod:`orchard.tasks.swe.attacks`) cover what a grader can.
 
 :func:`grade_in_fresh_sandbox` does it all in a fresh sandbox: create, set up, grade, delete. Both are
 coroutines over the async SDK; sync callers use ``sandbox.run_async(grade_submission, ...)``.
@@ -22,14 +41,17 @@ coroutines over the async SDK; sync callers use ``sandbox.run_async(grade_submis
 
 from __future__ import annotations
 
+import posixpath
+import secrets
 import shlex
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from orchard.env import PathNotFound
 from orchard.tasks.swe.diffs import patched_files
 from orchard.tasks.swe.instance import SWEInstance
-from orchard.tasks.swe.testlog import TestResult, parse_results, pytest_command
+from orchard.tasks.swe.testlog import TestResult, parse_junit, pytest_command
 from orchard.tasks.swe.workspace import (
     BASE_TAG,
     REPO_DIR,
@@ -39,9 +61,14 @@ from orchard.tasks.swe.workspace import (
     setup_workspace,
 )
 
-REPORT_PATH = "/tmp/orchard-swe/report.xml"
+REPORT_PARENT = "/tmp"
+REPORT_MAX_BYTES = 16 << 20  # a JUnit report of thousands of tests is a few MiB
 LOG_TAIL = 20_000
-Reason = Literal["patch_does_not_apply", "test_patch_does_not_apply", "tests_timed_out"]
+# Files that configure or extend pytest or the interpreter, wherever they sit in the repository.
+PYTEST_FILES = frozenset({"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
+                          "usercustomize.py"})
+Reason = Literal["patch_does_not_apply", "test_patch_does_not_apply", "tests_timed_out", "report_missing",
+                 "report_too_large", "report_malformed"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +91,7 @@ class GradeResult:
     tests: tuple[TestOutcome, ...] = ()
     log: str = ""  # the end of the test run's output
     other_results: dict[str, str] = field(default_factory=dict)  # statuses of tests in neither list
+    discarded: tuple[str, ...] = ()  # paths the submission changed that the grader put back (see step 2)
 
     @property
     def reward(self) -> float:
@@ -85,6 +113,48 @@ class GradeResult:
 def _rejected(response: Any) -> str:
     hunks = "".join(f"--- {h.file} {h.header}\n{h.text}" for h in response.rejected)
     return f"{response.output.strip()}\n{hunks}".strip()
+
+
+def protected(instance: SWEInstance, paths: Iterable[str]) -> list[str]:
+    """The ``paths`` (repository-relative) a submission may not change for ``instance`` (step 2)."""
+    tests = {*instance.test_files, *patched_files(instance.test_patch)}
+    test_dirs = {posixpath.dirname(path) for path in tests} - {""}  # a test at the root protects only itself
+    def guarded(path: str) -> bool:
+        name = posixpath.basename(path)
+        return (path in tests or name in PYTEST_FILES or name.endswith(".pth")
+                or any(path.startswith(directory + "/") for directory in test_dirs))
+    return sorted(path for path in set(paths) if guarded(path))
+
+
+async def _discard_protected(sandbox: Any, instance: SWEInstance, repo: str) -> tuple[str, ...]:
+    """Put back (or delete) every protected path the applied submission changed; return them."""
+    listed = await sandbox.exec(f"git diff --name-only --no-renames -z {BASE_TAG} && git ls-files --others -z",
+                                cwd=repo, timeout=120)
+    if not listed.ok or listed.truncated:
+        raise SetupError(f"could not list the submission's changes: {listed.stderr[-2000:]}")
+    paths = protected(instance, filter(None, listed.stdout.split("\0")))
+    if paths:
+        restore = " && ".join(
+            f"{{ rm -rf -- {p} && {{ ! git cat-file -e {BASE_TAG}:{p} 2>/dev/null || git checkout -q {BASE_TAG} -- {p}; }}; }}"
+            for p in map(shlex.quote, paths))
+        result = await sandbox.exec(restore, cwd=repo, timeout=120)
+        if not result.ok:
+            raise SetupError(f"could not restore the protected files to {BASE_TAG}: {result.stderr[-2000:]}")
+    return tuple(paths)
+
+
+async def _read_report(sandbox: Any, path: str) -> tuple[dict[str, TestResult], Reason | None, str]:
+    """The report's results, or why there are none (missing, too large, malformed) and a detail."""
+    try:
+        info = await sandbox.stat(path)
+    except PathNotFound:
+        return {}, "report_missing", "pytest wrote no report (killed, crashed or never started)"
+    if info.type != "file" or info.size > REPORT_MAX_BYTES:
+        return {}, "report_too_large", f"the report is a {info.type} of {info.size} bytes (cap {REPORT_MAX_BYTES})"
+    try:
+        return parse_junit(await sandbox.read_file(path)), None, ""
+    except ValueError as exc:
+        return {}, "report_malformed", str(exc)[:2000]
 
 
 def judge(instance: SWEInstance, results: dict[str, TestResult]) -> tuple[bool, tuple[TestOutcome, ...]]:
@@ -115,31 +185,24 @@ async def grade_submission(sandbox: Any, instance: SWEInstance, submission_patch
         applied = await sandbox.apply_patch(submission_patch, cwd=repo)
         if not applied.applied:
             return GradeResult(instance.instance_id, False, "patch_does_not_apply", _rejected(applied))
+    discarded = await _discard_protected(sandbox, instance, repo)
     if instance.test_patch.strip():
-        restore = " && ".join(
-            f"{{ git checkout -q {BASE_TAG} -- {p} 2>/dev/null || rm -rf {p}; }}"
-            for p in map(shlex.quote, patched_files(instance.test_patch)))
-        result = await sandbox.exec(restore or "true", cwd=repo, timeout=120)
-        if not result.ok:
-            raise SetupError(f"could not restore the test files to {BASE_TAG}: {result.stderr[-2000:]}")
         applied = await sandbox.apply_patch(instance.test_patch, cwd=repo)
         if not applied.applied:
-            return GradeResult(instance.instance_id, False, "test_patch_does_not_apply", _rejected(applied))
-    command = pytest_command(instance.test_cmd, workspace.python, REPORT_PATH, instance.test_files)
-    run = await sandbox.exec(f"rm -f {REPORT_PATH} && mkdir -p {REPORT_PATH.rsplit('/', 1)[0]} && {command}",
-                             cwd=repo, env=workspace.env, timeout=timeout)
-    try:
-        report = await sandbox.read_file(REPORT_PATH)
-    except PathNotFound:  # pytest died before writing it: fall back to the log
-        report = None
-    results = parse_results(report, run.stdout)
+            return GradeResult(instance.instance_id, False, "test_patch_does_not_apply", _rejected(applied),
+                               discarded=discarded)
+    report_dir = f"{REPORT_PARENT}/orchard-grade-{secrets.token_hex(8)}"
+    report_path = f"{report_dir}/report.xml"
+    command = pytest_command(instance.test_cmd, workspace.python, report_path, instance.test_files)
+    run = await sandbox.exec(f"mkdir -m 700 {report_dir} && {command}", cwd=repo, env=workspace.env, timeout=timeout)
+    results, reason, detail = await _read_report(sandbox, report_path)
+    if run.timed_out:
+        reason, detail = "tests_timed_out", run.stderr[-LOG_TAIL:]
     resolved, outcomes = judge(instance, results)
     listed = set(instance.FAIL_TO_PASS) | set(instance.PASS_TO_PASS)
     others = {test: r.status for test, r in results.items() if test not in listed}
-    reason: Reason | None = "tests_timed_out" if run.timed_out else None
-    return GradeResult(instance.instance_id, resolved and not run.timed_out, reason,
-                       run.stderr[-LOG_TAIL:] if run.timed_out else "", outcomes,
-                       run.stdout[-LOG_TAIL:], others)
+    return GradeResult(instance.instance_id, resolved and reason is None, reason, detail, outcomes,
+                       run.stdout[-LOG_TAIL:], others, discarded)
 
 
 async def grade_in_fresh_sandbox(client: Any, instance: SWEInstance, submission_patch: str, timeout: float = 900.0,

@@ -2,8 +2,10 @@
 
 :class:`SWETask` wraps an :class:`~orchard.tasks.swe.instance.SWEInstance`. Its ``setup`` puts the
 repository into the sandbox (:func:`~orchard.tasks.swe.workspace.setup_workspace`); its ``grade``
-resets the repository to its base and grades the episode's submission by SWE-bench's rules
-(:func:`~orchard.tasks.swe.grading.grade_submission`), recording what the grader found in
+grades the episode's submission by SWE-bench's rules
+(:func:`~orchard.tasks.swe.grading.grade_submission`) in a pristine copy of the set-up (the
+family's ``pristine_grading``: the policy's sandbox, and whatever it left running there, is gone
+by then), recording what the grader found in
 ``trajectory.metadata["grade"]``. The reward is the paper's environment-grounded binary reward:
 +1 when the patch resolves the task, -1 otherwise.
 
@@ -23,11 +25,13 @@ from orchard.harness.core import Limits
 from orchard.harness.task import TaskFamily
 from orchard.tasks.swe.grading import grade_submission
 from orchard.tasks.swe.instance import SWEInstance
-from orchard.tasks.swe.workspace import reset_workspace, setup_workspace
+from orchard.tasks.swe.workspace import setup_workspace
 
-# The paper runs each SWE task in a 2 vCPU / 8 GiB sandbox; the embedded tasks need far less.
-SWE_FAMILY = TaskFamily("swe", sandbox={"cpu": 1.0, "memory": "2Gi", "ttl": 300.0, "network": "none"},
-                        limits=Limits(max_steps=100, time_limit=3600.0), setup_in_files=True)
+# The paper runs each SWE task in a 2 vCPU / 8 GiB sandbox; the embedded tasks need far less. The
+# disk quota keeps a policy that fills its disk from filling the host's (on the local backend it
+# needs root, as isolation itself does without user namespaces).
+SWE_FAMILY = TaskFamily("swe", sandbox={"cpu": 1.0, "memory": "2Gi", "disk": "1Gi", "ttl": 300.0, "network": "none"},
+                        limits=Limits(max_steps=100, time_limit=3600.0), setup_in_files=True, pristine_grading=True)
 RESOLVED, UNRESOLVED = 1.0, -1.0
 
 
@@ -55,7 +59,6 @@ class SWETask:
         if not submission.strip():
             trajectory.metadata["grade"] = {"instance_id": self.id, "resolved": False, "reason": "no_submission"}
             return Outcome(reward=UNRESOLVED, resolved=False)
-        await reset_workspace(sandbox)
         result = await grade_submission(sandbox, self.instance, submission, timeout=self.grade_timeout)
         trajectory.metadata["grade"] = result.to_dict()
         return Outcome(reward=RESOLVED if result.resolved else UNRESOLVED, resolved=result.resolved)

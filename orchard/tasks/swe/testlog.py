@@ -25,6 +25,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import defusedxml.ElementTree
+from defusedxml import DefusedXmlException
+
 PASSING = frozenset({"passed", "xfailed"})
 # From best to worst: a later status replaces an earlier one for the same test.
 _RANK = {"passed": 0, "xfailed": 1, "skipped": 2, "xpassed": 3, "failed": 4, "error": 5}
@@ -85,11 +88,15 @@ def _node_id(case: ET.Element) -> str | None:
 
 
 def parse_junit(xml_text: str | bytes) -> dict[str, TestResult]:
-    """Per-test results from a JUnit XML report; raises ``ValueError`` when it is not one."""
+    """Per-test results from a JUnit XML report; raises ``ValueError`` when it is not one.
+
+    Parsed with ``defusedxml``: a report with a DTD, entities or external references (a billion
+    laughs, a file read through an entity) is refused as malformed, whoever wrote it.
+    """
     try:
-        root = ET.fromstring(xml_text)
-    except ET.ParseError as exc:
-        raise ValueError(f"not a JUnit XML report: {exc}") from None
+        root = defusedxml.ElementTree.fromstring(xml_text, forbid_dtd=True)
+    except (ET.ParseError, DefusedXmlException) as exc:
+        raise ValueError(f"not a JUnit XML report: {type(exc).__name__}: {exc}") from None
     if root.tag not in ("testsuites", "testsuite"):
         raise ValueError(f"not a JUnit XML report: root element <{root.tag}>")
     results: dict[str, TestResult] = {}
