@@ -12,13 +12,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import httpx
 import pytest
 
-from orchard.env import LocalServer, SandboxClient, local_server
+from orchard.env import AsyncSandboxClient, LocalServer, SandboxClient, local_server
 from orchard.env.local import free_port
 
 # The Kubernetes version whose OpenAPI schemas every manifest is validated against (strict), in
@@ -71,6 +71,13 @@ def orchestrator() -> Iterator[LocalServer]:
 def client(orchestrator: LocalServer) -> Iterator[SandboxClient]:
     with orchestrator.client() as sandbox_client:
         yield sandbox_client
+
+
+@pytest.fixture(scope="module")
+async def aclient(orchestrator: LocalServer) -> AsyncIterator[AsyncSandboxClient]:
+    """An async client of the session's orchestrator."""
+    async with orchestrator.async_client() as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,11 @@
-"""Fixtures of the harness tests: the real Qwen3 tokenizer and an async client of a real orchestrator."""
+"""Fixtures of the harness tests: the real Qwen3 tokenizer and its chat format."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
 
 import pytest
 
 from orchard.data.chat import Qwen3Format
 from orchard.data.tokenizer import Tokenizer
-from orchard.env import AsyncSandboxClient, LocalServer
 from tests.fixtures.chat.qwen3_tokenizer import qwen3_tokenizer_dir
 
 
@@ -20,9 +17,3 @@ def tokenizer() -> Tokenizer:
 @pytest.fixture(scope="session")
 def chat_format(tokenizer: Tokenizer) -> Qwen3Format:
     return Qwen3Format(tokenizer)
-
-
-@pytest.fixture(scope="module")
-async def aclient(orchestrator: LocalServer) -> AsyncIterator[AsyncSandboxClient]:
-    async with orchestrator.async_client() as client:
-        yield client
