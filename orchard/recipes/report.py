@@ -15,6 +15,9 @@ from orchard.recipes.swe import RecipeResult, SWEConfig, swe_config
 
 ENGINES = {"jax": (), "vllm": ("url", "served_model", "weights_dir"), "openai": ("url", "served_model", "weights_dir")}
 TEMPLATE_MARGIN = 8  # tokens the chat format adds after the last sampled token of a rollout
+# the held-out sets as the table names them -> their RecipeResult field: by instance (a new bug in a helper whose
+# sibling bug may have been trained on), by helper (helpers never seen broken in training)
+SPLITS = {"held-out": "held_out", "held-out helpers": "held_out_helpers"}
 
 
 def check_config(config: ConfigDict) -> list[str]:
@@ -35,7 +38,7 @@ def check_settings(config: SWEConfig) -> list[str]:
         problems.append("tasks: set tasks.path (instances.jsonl) or tasks.sources")
     if rl.pass_filter.samples and not 0.0 <= rl.pass_filter.low < rl.pass_filter.high <= 1.0:
         problems.append("rl.pass_filter: need 0 <= low < high <= 1")
-    for name in ("held_out_fraction", "rl_fraction"):
+    for name in ("held_out_helper_fraction", "held_out_fraction", "rl_fraction"):
         if not 0.0 <= getattr(tasks, name) < 1.0:
             problems.append(f"tasks.{name} must be in [0, 1), got {getattr(tasks, name)}")
     if not config.tokenizer.path and config.tokenizer.train_vocab < 260:
@@ -103,28 +106,31 @@ def summary_table(result: RecipeResult) -> Table:
     table = Table(title="Orchard-SWE: held-out resolve rate and BAR statistics")
     table.add_column("measure", no_wrap=True)
     table.add_column("value", justify="right")
-    labels = {"init": "held-out at init", "sft": "held-out after SFT", "rl": "held-out after RL"}
-    for stage, label in labels.items():
-        for name, held in result.held_out.get(stage, {}).items():
-            apart = ""
-            if held.get("unseen_test_episodes"):  # held-out bugs whose test catches no training bug
-                unseen = held["unseen_test_episodes"]
-                apart = f"; {round(held['unseen_test_resolve_rate'] * unseen)}/{int(unseen)} with an unseen test"
-            table.add_row(f"{label} ({name})", f"{held['resolve_rate']:.3f} ({int(held['episodes'])} episodes, "
-                                               f"{int(held['tasks_solved'])} tasks solved{apart})")
-            if held.get("k", 1) > 1:
-                k = int(held["k"])
-                table.add_row(f"{label} ({name}): pass@{k} / pass^{k}",
-                              f"{held['pass_at_k']:.3f} / {held['pass_hat_k']:.3f}")
-    if result.rl_change:
-        change = result.rl_change
-        table.add_row("held-out tasks RL raised / lowered",
-                      f"{int(change['tasks_up'])} / {int(change['tasks_down'])}, sampled (sign test p = "
-                      f"{change['sign_test_p']:.3f})")
+    labels = {"init": "at init", "sft": "after SFT", "rl": "after RL"}
+    for stage, label in labels.items():  # each stage's rows by instance, then by helper
+        for split, results in SPLITS.items():
+            for name, held in getattr(result, results).get(stage, {}).items():
+                apart = ""
+                if held.get("unseen_test_episodes"):  # held-out bugs whose test catches no training bug
+                    unseen = held["unseen_test_episodes"]
+                    apart = f"; {round(held['unseen_test_resolve_rate'] * unseen)}/{int(unseen)} with an unseen test"
+                table.add_row(f"{split} {label} ({name})",
+                              f"{held['resolve_rate']:.3f} ({int(held['episodes'])} episodes, "
+                              f"{int(held['tasks_solved'])} tasks solved{apart})")
+                if held.get("k", 1) > 1:
+                    k = int(held["k"])
+                    table.add_row(f"{split} {label} ({name}): pass@{k} / pass^{k}",
+                                  f"{held['pass_at_k']:.3f} / {held['pass_hat_k']:.3f}")
+    for split, change in (("held-out", result.rl_change), ("held-out helper", result.rl_change_helpers)):
+        if change:
+            table.add_row(f"{split} tasks RL raised / lowered",
+                          f"{int(change['tasks_up'])} / {int(change['tasks_down'])}, sampled (sign test p = "
+                          f"{change['sign_test_p']:.3f})")
     for name, value in bar_summary(result.rl_metrics).items():
         table.add_row(f"BAR {name.replace('_', ' ')}", f"{value:.2f}" if isinstance(value, float) else str(value))
-    table.add_row("tasks (SFT / RL / held out)",
-                  f"{result.tasks['sft']} / {result.tasks['rl']} / {result.tasks['held_out']}")
+    table.add_row("tasks (SFT / RL / held out / held-out helpers)",
+                  f"{result.tasks['sft']} / {result.tasks['rl']} / {result.tasks['held_out']} / "
+                  f"{result.tasks.get('held_out_helpers', 0)}")
     table.add_row("teacher trajectories (resolved)",
                   f"{result.teacher['trajectories']} ({result.teacher['resolved']})")
     for stage, seconds in result.seconds.items():  # stages a resumed run reuses take no time here
@@ -152,13 +158,18 @@ def plot_curves(result: RecipeResult, path: str) -> str:
     curves.axhline(0.0, color="grey", linewidth=0.5)
     curves.legend(loc="lower right", fontsize=8)
     curves.set_title("BAR RL")
-    stages = [s for s in ("init", "sft", "rl") if s in result.held_out]
-    for offset, (name, color) in enumerate((("greedy", "#4a8"), ("sampled", "#36c"))):
-        rates = [result.held_out[s][name]["resolve_rate"] if name in result.held_out[s] else math.nan
-                 for s in stages]
-        bars = held.bar([i + 0.4 * offset for i in range(len(stages))], rates, width=0.4, color=color, label=name)
-        held.bar_label(bars, labels=["" if math.isnan(r) else f"{r:.2f}" for r in rates], fontsize=8)  # 0 shows
-    held.set_xticks([i + 0.2 for i in range(len(stages))], stages)
+    stages = [s for s in ("init", "sft", "rl") if s in result.held_out or s in result.held_out_helpers]
+    bars_of = [(split, name, color, hatch) for (split, hatch) in (("held_out", ""), ("held_out_helpers", "//"))
+               if getattr(result, split) for name, color in (("greedy", "#4a8"), ("sampled", "#36c"))]
+    width = 0.8 / max(len(bars_of), 1)
+    for offset, (split, name, color, hatch) in enumerate(bars_of):
+        results = getattr(result, split)
+        rates = [results[s][name]["resolve_rate"] if name in results.get(s, {}) else math.nan for s in stages]
+        label = name if split == "held_out" else f"{name}, held-out helpers"
+        bars = held.bar([i + width * offset for i in range(len(stages))], rates, width=width, color=color,
+                        hatch=hatch, edgecolor="white" if hatch else None, label=label)
+        held.bar_label(bars, labels=["" if math.isnan(r) else f"{r:.2f}" for r in rates], fontsize=7)  # 0 shows
+    held.set_xticks([i + width * (len(bars_of) - 1) / 2 for i in range(len(stages))], stages)
     held.legend(loc="upper left", fontsize=8)
     held.set_ylim(0, 1)
     held.set_title("held-out resolve rate")

@@ -11,21 +11,23 @@
     sft/                checkpoints, metrics, model/  (orchard.train.sft)
     rl/                 checkpoints, metrics, model/  (orchard.train.rl, over SWETask)
     eval/<stage>_<pass>/  result.json and the episodes behind it (orchard.eval.runner): stage
-                        init, sft or rl; pass greedy or sampled
+                        init, sft or rl; pass greedy or sampled; over the held-out instances
+    eval/<stage>_<pass>_helpers/  the same over the held-out helpers
     summary.json
 
 A stage whose record matches the config and its inputs is reused, a killed SFT or RL stage
 resumes from its checkpoints, and a stage made by another config (or from other inputs) stops the
 run with the fields that changed, unless ``rerun`` redoes it and the stages after it.
 
-The held-out split is by task instance (:mod:`orchard.tasks.swe.taskset`): no held-out bug is seen
-in collection, SFT or RL, but another bug of the same function may be; the held-out instances
-whose failing test no training instance has are also reported apart. Every stage's policy is
-evaluated greedily, one episode a task, as resolve rates are usually reported; the policies RL
-starts from and ends with are also evaluated sampled, ``eval.samples`` episodes a task at
-``rl.rollout.temperature`` (avg@k, pass@k, pass^k): that is the rate RL's reward optimises, and the
-paired per-task change between the two is summarised with its sign test
-(:func:`~orchard.eval.metrics.paired_change`).
+Two held-out sets are evaluated apart (:mod:`orchard.tasks.swe.taskset`), and no bug of either is
+seen in collection, SFT or RL. ``held_out`` is split by task instance: another bug of the same
+function may be in training (the held-out instances whose failing test no training instance has are
+also reported apart). ``held_out_helpers`` is split by helper: every bug of those functions is held
+out, so none of them was seen broken in training. Every stage's policy is evaluated greedily on
+each, one episode a task, as resolve rates are usually reported; the policies RL starts from and
+ends with are also evaluated sampled, ``eval.samples`` episodes a task at ``rl.rollout.temperature``
+(avg@k, pass@k, pass^k): that is the rate RL's reward optimises, and the paired per-task change
+between the two is summarised with its sign test (:func:`~orchard.eval.metrics.paired_change`).
 
 The training instances are split again, as in the paper, whose RL set is instances not used in
 SFT: ``tasks.rl_fraction`` of them get no teacher trajectories and are RL's prompts (with
@@ -39,7 +41,7 @@ trajectories are brief (search, read, edit, submit), and the policy is a tiny mo
 scratch over a BPE learnt from the teacher text, so SFT teaches the whole skill and not only its
 credit assignment; for the same reason its loss also weighs the tool output the policy is shown
 (``sft.examples.observation_weight``, :mod:`orchard.data.examples`). The default runs RL without
-the pass-rate filter: its rollouts (4 of each of the 34 prompts) would cost a minute of the budget,
+the pass-rate filter: its rollouts (4 of each of the 29 prompts) would cost a minute of the budget,
 and BAR's strides already spend more rollouts on prompts whose groups have no variance.
 """
 
@@ -50,7 +52,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ml_collections import ConfigDict
@@ -88,6 +90,7 @@ from orchard.workdir import Stage, file_fingerprint, made_by, read_json, write_j
 
 log = logging.getLogger(__name__)
 PASSES = ("greedy", "sampled")
+HELD_OUT = {"held_out": "", "held_out_helpers": "_helpers"}  # a held-out set -> its eval folders' suffix
 
 
 @dataclass(frozen=True)
@@ -154,12 +157,15 @@ class RecipeResult:
     held_out: dict[str, dict[str, dict[str, float]]]  # "init", "sft", "rl" -> "greedy", "sampled" -> metrics
     rl_change: dict[str, float]  # paired_change() from the policy RL starts from to the one it ends with
     rl_metrics: dict[int, dict[str, float]]  # per RL step
-    tasks: dict[str, int]  # "sft", "rl", "held_out" -> how many instances
+    tasks: dict[str, int]  # "sft", "rl", "held_out", "held_out_helpers" -> how many instances
     teacher: dict[str, float]
     seconds: dict[str, float]  # per stage, spent in this invocation (a reused stage takes ~0 s)
+    held_out_helpers: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # as held_out
+    rl_change_helpers: dict[str, float] = field(default_factory=dict)  # as rl_change, over held_out_helpers
 
     def to_dict(self) -> dict[str, Any]:
-        return {"held_out": self.held_out, "rl_change": self.rl_change,
+        return {"held_out": self.held_out, "held_out_helpers": self.held_out_helpers, "rl_change": self.rl_change,
+                "rl_change_helpers": self.rl_change_helpers,
                 "rl_metrics": {str(k): v for k, v in self.rl_metrics.items()}, "tasks": self.tasks,
                 "teacher": self.teacher, "seconds": self.seconds}
 
@@ -257,27 +263,30 @@ def sft_stage(config: SWEConfig, workdir: str, trajectories: Sequence[Trajectory
 
 async def evaluation_stage(config: SWEConfig, workdir: str, client: AsyncSandboxClient, setups: SetupCache,
                            name: str, pass_: str, model: Transformer, tokenizer: Tokenizer, split: TaskSplit,
-                           inputs: dict[str, str], rerun: bool) -> dict[str, float]:
-    """Stage 5: the held-out resolve rate of ``model``, greedy (one episode a task at T = 0) or
-    sampled (``eval.samples`` a task at the rollouts' temperature); the episodes are kept in the
-    stage folder. ``unseen_test_*`` are the same over the tasks :func:`unseen_tests` names."""
+                           inputs: dict[str, str], rerun: bool, held_out: str = "held_out") -> dict[str, float]:
+    """Stage 5: the resolve rate of ``model`` over one held-out set of ``split`` (``held_out`` or
+    ``held_out_helpers``, see :data:`HELD_OUT`), greedy (one episode a task at T = 0) or sampled
+    (``eval.samples`` a task at the rollouts' temperature); the episodes are kept in the stage
+    folder. For ``held_out``, ``unseen_test_*`` are the same over the tasks :func:`unseen_tests` names."""
     samples, temperature = (1, 0.0) if pass_ == "greedy" else (config.eval.samples, config.rl.rollout.temperature)
     settings = {"pass": pass_, "samples": samples, "temperature": temperature, "rollout": config.rl.rollout,
                 "chat_format": config.chat_format, "seed": config.seed}
-    stage = Stage(os.path.join(workdir, "eval", f"{name}_{pass_}"), "eval", settings,
-                  {**inputs, "instances": _ids(split.held_out)})
+    instances: list[SWEInstance] = getattr(split, held_out)
+    stage = Stage(os.path.join(workdir, "eval", f"{name}_{pass_}{HELD_OUT[held_out]}"), "eval", settings,
+                  {**inputs, "instances": _ids(instances)})
     result_path = os.path.join(stage.directory, "result.json")
     if stage.open(rerun) == "done":
         return read_json(result_path)
     chat_format = make_chat_format(config.chat_format, tokenizer)
     policy = make_policy(config.rl, JaxEngine(model, tokenizer), chat_format, temperature=temperature)
     runner = config.rl.rollout.runner(client, BashHarness(), policy, setups)
-    evaluation = await evaluate_policy(runner, swe_tasks(split.held_out), samples, seed=config.seed,
-                                       name=f"eval {name} {pass_}")
+    evaluation = await evaluate_policy(runner, swe_tasks(instances), samples, seed=config.seed,
+                                       name=f"eval {name} {pass_}{HELD_OUT[held_out].replace('_', ' ')}")
     result = evaluation.metrics()
-    apart = [t.outcome.resolved for t in evaluation.trajectories if t.task_id in split.unseen]
-    result["unseen_test_episodes"] = float(len(apart))
-    result["unseen_test_resolve_rate"] = sum(apart) / len(apart) if apart else 0.0
+    if held_out == "held_out":
+        apart = [t.outcome.resolved for t in evaluation.trajectories if t.task_id in split.unseen]
+        result["unseen_test_episodes"] = float(len(apart))
+        result["unseen_test_resolve_rate"] = sum(apart) / len(apart) if apart else 0.0
     save_trajectories(episodes_path(stage.directory), evaluation.trajectories)
     write_json(result_path, result)
     stage.finish()
@@ -304,7 +313,8 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
     clock = _Clock()
     split, tasks_made_by = tasks_stage(settings, workdir, rerun)
     clock.lap("tasks")
-    held: dict[str, dict[str, dict[str, float]]] = {}
+    held: dict[str, dict[str, dict[str, dict[str, float]]]] = {name: {} for name in HELD_OUT}  # set, stage, pass
+    held_sets = [name for name in HELD_OUT if getattr(split, name)]  # the held-out sets that have instances
     rl_start = "sft" if settings.sft.num_steps else "init"
     with orchestrator(settings.env.url, settings.env.api_key) as endpoint:
         client = endpoint.async_client()
@@ -320,10 +330,12 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                                                                           teacher_made_by, rerun)
 
             async def evaluate(name: str, model: Transformer, made_by: str, passes: Sequence[str]) -> None:
-                held[name] = {pass_: await evaluation_stage(settings, workdir, client, setups, name, pass_, model,
-                                                            tokenizer, split, {"policy": made_by, "tasks": tasks_made_by},
-                                                            rerun)
-                              for pass_ in passes}
+                for held_out in held_sets:
+                    held[held_out][name] = {
+                        pass_: await evaluation_stage(settings, workdir, client, setups, name, pass_, model, tokenizer,
+                                                      split, {"policy": made_by, "tasks": tasks_made_by}, rerun,
+                                                      held_out)
+                        for pass_ in passes}
 
             mesh = settings.mesh.make()
 
@@ -333,7 +345,7 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                 spec = ModelSpec(path=directory, dtype=settings.model.dtype, param_dtype=settings.model.param_dtype)
                 return build_model(spec, settings.seed, mesh=mesh)
 
-            if split.held_out:
+            if held_sets:
                 initial = build_model(settings.model, settings.seed, tokenizer.vocab_size, mesh)
                 init_made_by = fingerprint({"model": settings.model, "tokenizer": tokenizer_made_by,
                                             "seed": settings.seed})
@@ -345,7 +357,7 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                                                        {"teacher": teacher_made_by, "tokenizer": tokenizer_made_by},
                                                        rerun)
                 clock.lap("sft")
-                if split.held_out:
+                if held_sets:
                     await evaluate("sft", policy_model(policy_dir), policy_made_by, PASSES)
                 clock.lap("evaluate")
             rl_dir = os.path.join(workdir, "rl")
@@ -354,21 +366,23 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                                                             "instances": _ids(split.rl_prompts)}, rerun=rerun,
                            setups=setups)
             clock.lap("rl")
-            if split.held_out:
+            if held_sets:
                 await evaluate("rl", policy_model(os.path.join(rl_dir, "model")), made_by(rl_dir), PASSES)
             clock.lap("evaluate")
         finally:
             await setups.close()
             await client.aclose()
-    rl_change = {}
-    if split.held_out:
-        rl_change = sampled_change(os.path.join(workdir, "eval", f"{rl_start}_sampled"),
-                                   os.path.join(workdir, "eval", "rl_sampled"))
-    result = RecipeResult(held_out=held, rl_change=rl_change, rl_metrics=read_metrics(rl_dir),
-                          tasks={"sft": len(split.sft), "rl": len(split.rl), "held_out": len(split.held_out)},
+    rl_change = {held_out: sampled_change(os.path.join(workdir, "eval", f"{rl_start}_sampled{suffix}"),
+                                          os.path.join(workdir, "eval", f"rl_sampled{suffix}"))
+                 for held_out, suffix in HELD_OUT.items() if held_out in held_sets}
+    result = RecipeResult(held_out=held["held_out"], rl_change=rl_change.get("held_out", {}),
+                          rl_metrics=read_metrics(rl_dir),
+                          tasks={"sft": len(split.sft), "rl": len(split.rl), "held_out": len(split.held_out),
+                                 "held_out_helpers": len(split.held_out_helpers)},
                           teacher={"trajectories": len(trajectories),
                                    "resolved": sum(t.outcome.resolved for t in trajectories)},
-                          seconds=clock.seconds)
+                          seconds=clock.seconds, held_out_helpers=held["held_out_helpers"],
+                          rl_change_helpers=rl_change.get("held_out_helpers", {}))
     write_json(os.path.join(workdir, "summary.json"), result.to_dict())
     return result
 

@@ -13,8 +13,8 @@ from ml_collections import ConfigDict
 
 from configs.swe_bar import get_config
 from orchard.data.trajectory import Outcome, Trajectory, read_trajectories, save_trajectories
-from orchard.recipes.report import check_config
-from orchard.recipes.swe import episodes_path, run, sampled_change
+from orchard.recipes.report import check_config, plot_curves, summary_table
+from orchard.recipes.swe import RecipeResult, episodes_path, run, sampled_change
 from orchard.tasks.swe.instance import SWEInstance, save_instances
 from orchard.tasks.swe.taskset import TaskSetConfig, split_task_set, unseen_tests
 
@@ -24,11 +24,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_the_split_holds_out_instances_and_names_those_with_an_unseen_test():
     instances = [SWEInstance(instance_id=f"i{n}", repo="r", base_commit="c", problem_statement="",
                              FAIL_TO_PASS=(f"tests/t.py::test_{n % 13}",)) for n in range(40)]
-    split = split_task_set(instances, TaskSetConfig(held_out_fraction=0.25, rl_fraction=0.2), seed=1)
+    config = TaskSetConfig(held_out_helper_fraction=0.0, held_out_fraction=0.25, rl_fraction=0.2)
+    split = split_task_set(instances, config, seed=1)  # no helper held out (tests/tasks/swe/test_taskset.py)
     train = split.sft + split.rl
     assert len(split.held_out) == 10 and len(split.rl) == 6 and len(split.sft) == 24  # ceil(40 x 0.25), ceil(30 x 0.2)
     assert not {i.instance_id for i in train} & {i.instance_id for i in split.held_out}
-    assert split_task_set(list(reversed(instances)), TaskSetConfig(held_out_fraction=0.25), seed=1).held_out == \
+    assert split_task_set(list(reversed(instances)), config, seed=1).held_out == \
         list(reversed(split.held_out))  # seeded by id: the order instances come in changes nothing
     seen = {i.FAIL_TO_PASS[0] for i in train}
     assert split.unseen == {i.instance_id for i in split.held_out if i.FAIL_TO_PASS[0] not in seen}
@@ -39,7 +40,8 @@ def test_training_tasks_too_few_to_split_into_sft_and_rl_are_a_clear_error(tmp_p
     save_instances([SWEInstance(instance_id="only", repo="r", base_commit="c", problem_statement="Fix it.")],
                    tmp_path / "instances.jsonl")
     config = get_config("tiny")
-    config.tasks.update({"path": str(tmp_path / "instances.jsonl"), "held_out_fraction": 0.0, "rl_fraction": 0.5})
+    config.tasks.update({"path": str(tmp_path / "instances.jsonl"), "held_out_helper_fraction": 0.0,
+                         "held_out_fraction": 0.0, "rl_fraction": 0.5})
     with pytest.raises(ValueError, match="do not split into SFT and RL tasks"):
         run(config, str(tmp_path / "run"))  # before any sandbox or model is started
     assert not os.path.exists(tmp_path / "run" / "teacher")
@@ -65,6 +67,30 @@ def test_the_sampled_change_pairs_tasks_and_gives_the_sign_test(tmp_path):
     assert sampled_change(before, before) == {"tasks_up": 0.0, "tasks_down": 0.0, "sign_test_p": 1.0}
 
 
+def _rates(rate: float, tasks: int, samples: int = 1) -> dict[str, float]:
+    return {"resolve_rate": rate, "episodes": float(tasks * samples), "tasks_solved": float(round(rate * tasks)),
+            "k": float(samples), "pass_at_k": rate, "pass_hat_k": rate, "unseen_test_episodes": 0.0}
+
+
+def test_the_table_and_plot_show_both_held_out_sets_in_each_pass(tmp_path):
+    by_stage = {"init": {"greedy": _rates(0.0, 4)}, "sft": {"greedy": _rates(0.25, 4), "sampled": _rates(0.5, 4, 2)},
+                "rl": {"greedy": _rates(0.5, 4), "sampled": _rates(0.75, 4, 2)}}
+    change = {"tasks_up": 2.0, "tasks_down": 0.0, "sign_test_p": 0.25}
+    result = RecipeResult(held_out=by_stage, rl_change=change, rl_metrics={}, teacher={"trajectories": 2, "resolved": 1},
+                          tasks={"sft": 8, "rl": 2, "held_out": 4, "held_out_helpers": 4}, seconds={},
+                          held_out_helpers=by_stage, rl_change_helpers=change)
+    rows = dict(zip(*(column._cells for column in summary_table(result).columns), strict=True))
+    for split in ("held-out", "held-out helpers"):
+        assert rows[f"{split} after SFT (greedy)"].startswith("0.250 (4 episodes")
+        assert rows[f"{split} after RL (sampled): pass@2 / pass^2"] == "0.750 / 0.750"
+    assert rows["held-out helper tasks RL raised / lowered"].startswith("2 / 0")
+    assert rows["tasks (SFT / RL / held out / held-out helpers)"] == "8 / 2 / 4 / 4"
+    assert summary_table(RecipeResult(held_out=by_stage, rl_change=change, rl_metrics={}, teacher=result.teacher,
+                                      tasks={"sft": 8, "rl": 2, "held_out": 4}, seconds={})).row_count < len(rows)
+    result.rl_metrics = {1: {"reward": 0.0, "resolve_rate": 0.5, "informative_groups": 0.5}}
+    assert os.path.getsize(plot_curves(result, str(tmp_path / "plot.png"))) > 0
+
+
 @pytest.mark.parametrize("variant", ["tiny", "qwen3_30b_a3b"])
 def test_shipped_configs_pass_the_check(variant):
     assert check_config(get_config(variant)) == []
@@ -77,13 +103,14 @@ def test_the_check_names_each_problem():
     config.rl.engine.url = ""
     config.env.url = ""
     config.tasks.rl_fraction = 1.0
+    config.tasks.held_out_helper_fraction = -0.1
     config.rl.updates_per_batch = 0
     config.eval.samples = 0
     config.chat.format = "llama3"
     problems = "\n".join(check_config(config))
     assert "holds no positive count" in problems and "rl.rows (8)" in problems
     assert "rl.updates_per_batch" in problems
-    assert "tasks.rl_fraction must be in [0, 1)" in problems
+    assert "tasks.rl_fraction must be in [0, 1)" in problems and "tasks.held_out_helper_fraction must be" in problems
     config.rl.pass_filter.update({"samples": 4, "low": 0.5, "high": 0.5})
     assert "rl.pass_filter: need 0 <= low < high <= 1" in check_config(config)
     assert "rl.engine.url is required" in problems and "kubernetes backend" in problems
@@ -130,24 +157,28 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
                *(f"--config.{key}={value}" for key, value in overrides.items())]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "held-out after RL (sampled)" in done.stdout and "BAR rollouts per group" in done.stdout
+    assert "held-out after RL (sampled)" in done.stdout and "held-out helpers after RL (sampled)" in done.stdout
+    assert "BAR rollouts per group" in done.stdout
     summary = json.loads((workdir / "summary.json").read_text())
-    held = summary["tasks"]["held_out"]
-    assert held == 2 and summary["tasks"] == {"sft": 4, "rl": 2, "held_out": 2}  # 8 split 2 held out, then 6 by 1/5
-    # Greedy at every stage; sampled (eval.samples a task) where RL starts, after SFT, and where it ends.
+    # 8 bugs in 7 helpers: ceil(7 x 0.14) = 1 helper (its one bug) held out, then 2 of the 7 others, then 5 by 1/5
+    assert summary["tasks"] == {"sft": 4, "rl": 1, "held_out": 2, "held_out_helpers": 1}
+    # Greedy at every stage; sampled (eval.samples a task) where RL starts, after SFT, and where it ends; over
+    # each held-out set, the helpers' in eval/<stage>_<pass>_helpers.
     passes = {"init": {"greedy": 1}, "sft": {"greedy": 1, "sampled": 2}, "rl": {"greedy": 1, "sampled": 2}}
-    assert {stage: set(results) for stage, results in summary["held_out"].items()} == {
-        stage: set(counts) for stage, counts in passes.items()}
-    for stage, counts in passes.items():
-        for name, per_task in counts.items():
-            result, episodes_run = summary["held_out"][stage][name], per_task * held
-            assert result["episodes"] == episodes_run and 0.0 <= result["resolve_rate"] <= 1.0
-            episodes = list(read_trajectories(episodes_path(str(workdir / "eval" / f"{stage}_{name}"))))
-            assert len(episodes) == episodes_run
-            assert sum(t.outcome.resolved for t in episodes) == pytest.approx(result["resolve_rate"] * episodes_run)
-    change = summary["rl_change"]
-    assert change == sampled_change(*(str(workdir / "eval" / f"{stage}_sampled") for stage in ("sft", "rl")))
-    assert change["tasks_up"] + change["tasks_down"] <= held and 0.0 < change["sign_test_p"] <= 1.0
+    for key, suffix in (("held_out", ""), ("held_out_helpers", "_helpers")):
+        held = summary["tasks"][key]
+        assert {stage: set(results) for stage, results in summary[key].items()} == {
+            stage: set(counts) for stage, counts in passes.items()}
+        for stage, counts in passes.items():
+            for name, per_task in counts.items():
+                result, episodes_run = summary[key][stage][name], per_task * held
+                assert result["episodes"] == episodes_run and 0.0 <= result["resolve_rate"] <= 1.0
+                episodes = list(read_trajectories(episodes_path(str(workdir / "eval" / f"{stage}_{name}{suffix}"))))
+                assert len(episodes) == episodes_run
+                assert sum(t.outcome.resolved for t in episodes) == pytest.approx(result["resolve_rate"] * episodes_run)
+        change = summary["rl_change" if key == "held_out" else "rl_change_helpers"]
+        assert change == sampled_change(*(str(workdir / "eval" / f"{stage}_sampled{suffix}") for stage in ("sft", "rl")))
+        assert change["tasks_up"] + change["tasks_down"] <= held and 0.0 < change["sign_test_p"] <= 1.0
     assert summary["teacher"]["trajectories"] == 2 * summary["tasks"]["sft"]  # none for the RL tasks
     assert summary["teacher"]["resolved"] == summary["tasks"]["sft"]  # the clean variant resolves, fail does not
     [step] = summary["rl_metrics"].values()
@@ -159,7 +190,9 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     # A second run over the same workdir finds every stage done and reports the same numbers.
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert json.loads((workdir / "summary.json").read_text())["held_out"] == summary["held_out"]
+    again_summary = json.loads((workdir / "summary.json").read_text())
+    assert (again_summary["held_out"], again_summary["held_out_helpers"]) == (summary["held_out"],
+                                                                             summary["held_out_helpers"])
     # A changed setting stops the run at the stage it changes, naming it; --rerun redoes that stage and the later ones.
     changed = [*command, "--config.rl.optim.peak_lr=0.001"]
     stale = subprocess.run(changed, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -177,6 +210,9 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((start / "summary.json").read_text())
-    assert {stage: set(results) for stage, results in summary["held_out"].items()} == {
-        "init": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}
+    for key in ("held_out", "held_out_helpers"):
+        assert {stage: set(results) for stage, results in summary[key].items()} == {
+            "init": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}
     assert summary["rl_change"] == sampled_change(*(str(start / "eval" / f"{stage}_sampled") for stage in ("init", "rl")))
+    assert summary["rl_change_helpers"] == sampled_change(*(str(start / "eval" / f"{stage}_sampled_helpers")
+                                                            for stage in ("init", "rl")))

@@ -1,21 +1,27 @@
 """An SWE task set and its splits: the recipe's first stage.
 
 :class:`TaskSetConfig` names where the instances come from (a file, or synthetic bugs generated in
-the named sources) and how they split: a seeded ``held_out_fraction`` of the instances is held out
-(never seen in collection, SFT or RL), and a ``rl_fraction`` of the rest are RL's prompts only,
-with no teacher trajectories (the paper's RL set is instances not used in SFT).
+the named sources) and how they split, in three seeded steps:
 
-The held-out split is by instance, not by the test that catches a bug: another bug of the same
-function may be in training. :func:`unseen_tests` names the held-out instances whose failing test
-catches no training instance (for ``opkit``: helpers never seen broken), which evaluation reports
-apart.
+1. By helper: a ``held_out_helper_fraction`` of the helpers (the function a bug was put in, see
+   :func:`helper_key`) is held out with all of its bugs, in ``held_out_helpers``: no bug of those
+   functions is seen in collection, SFT or RL, so these measure fixing functions never seen broken.
+2. By instance: a ``held_out_fraction`` of the remaining instances is held out (``held_out``).
+   Another bug of the same function may be in training, so these measure fixing a new bug in a
+   function whose sibling bug may have been trained on.
+3. A ``rl_fraction`` of the rest are RL's prompts only, with no teacher trajectories (the paper's RL
+   set is instances not used in SFT); the others are the SFT instances.
+
+No instance is in two sets. :func:`unseen_tests` names the by-instance held-out instances whose
+failing test catches no training instance, which evaluation reports apart (at 200 ``opkit`` bugs
+there are none: every helper has three or four bugs).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchard.eval.splits import split_by_id
 from orchard.tasks.swe.bugs import KINDS
@@ -36,7 +42,8 @@ class TaskSetConfig:
     count: int = 200
     kinds: tuple[str, ...] = KINDS
     tests_visible: bool = True
-    held_out_fraction: float = 0.16
+    held_out_helper_fraction: float = 0.14  # of the helpers, all of whose bugs are held out (module docstring)
+    held_out_fraction: float = 0.16  # of the instances left after the held-out helpers
     rl_fraction: float = 0.2
 
 
@@ -44,8 +51,9 @@ class TaskSetConfig:
 class TaskSplit:
     sft: list[SWEInstance]  # teacher trajectories and SFT
     rl: list[SWEInstance]  # RL's prompts (the SFT instances when rl_fraction is 0)
-    held_out: list[SWEInstance]  # evaluation only
+    held_out: list[SWEInstance]  # evaluation only, held out by instance
     unseen: frozenset[str]  # held-out instances whose failing test catches no training instance
+    held_out_helpers: list[SWEInstance] = field(default_factory=list)  # evaluation only, held out by helper
 
     @property
     def rl_prompts(self) -> list[SWEInstance]:
@@ -72,6 +80,15 @@ def _test_key(instance: SWEInstance) -> str:
     return instance.FAIL_TO_PASS[0] if instance.FAIL_TO_PASS else instance.instance_id
 
 
+def helper_key(instance: SWEInstance) -> str:
+    """The function a bug was put in (``source:path:function`` from a generated instance's metadata),
+    else the instance's first failing test (an instance from a file may not say where its bug is)."""
+    function = instance.metadata.get("function")
+    if not function:
+        return _test_key(instance)
+    return f"{instance.metadata.get('source', instance.repo)}:{instance.metadata.get('path', '')}:{function}"
+
+
 def unseen_tests(train: Sequence[SWEInstance], held_out: Sequence[SWEInstance]) -> set[str]:
     """Ids of the held-out instances whose first failing test catches no training instance."""
     seen = {_test_key(i) for i in train}
@@ -79,10 +96,12 @@ def unseen_tests(train: Sequence[SWEInstance], held_out: Sequence[SWEInstance]) 
 
 
 def split_task_set(instances: Sequence[SWEInstance], config: TaskSetConfig, seed: int) -> TaskSplit:
-    """Held out, then SFT and RL (see the module docstring); a set too small to split is a clear error."""
-    train, held_out = split_by_id(instances, config.held_out_fraction, seed, _instance_id)
+    """Held-out helpers, held-out instances, then SFT and RL (see the module docstring); a set too
+    small to split is a clear error."""
+    rest, held_out_helpers = split_by_id(instances, config.held_out_helper_fraction, seed + 2, helper_key)
+    train, held_out = split_by_id(rest, config.held_out_fraction, seed, _instance_id)
     sft, rl = split_by_id(train, config.rl_fraction, seed + 1, _instance_id)
     if not sft or (config.rl_fraction and not rl):
         raise ValueError(f"{len(train)} training tasks do not split into SFT and RL tasks: add tasks or lower "
-                         "tasks.held_out_fraction and tasks.rl_fraction")
-    return TaskSplit(sft, rl, held_out, frozenset(unseen_tests(train, held_out)))
+                         "tasks.held_out_helper_fraction, tasks.held_out_fraction and tasks.rl_fraction")
+    return TaskSplit(sft, rl, held_out, frozenset(unseen_tests(train, held_out)), held_out_helpers)
