@@ -72,6 +72,8 @@ async def run_episode(client: AsyncSandboxClient, harness: Harness, policy: Poli
         clock = time.monotonic()
         if not trajectory.end_reason.graded:
             outcome = Outcome(reward=None, resolved=False)
+        elif (settled := task.settled(trajectory)) is not None:
+            outcome = settled
         elif task.family.pristine_grading:
             await _delete(box)  # and every process the policy left running in it
             box = None

@@ -5,7 +5,8 @@ the sandbox it runs in:
 
 * ``setup(sandbox)`` puts the task's environment into a fresh sandbox (a repository, a browser, a
   set of tool services);
-* ``grade(sandbox, trajectory) -> Outcome`` says how the episode went. The outcome's ``reward`` is
+* ``settled(trajectory) -> Outcome | None`` decides the episodes that need no grader (an empty
+  submission), and ``grade(sandbox, trajectory) -> Outcome`` the others: how the episode went. The outcome's ``reward`` is
   what RL optimises; ``None`` means the episode says nothing about the policy (a judge that
   failed, a site behind a captcha): the sample is dropped and masked, the paper's
   ``remove_sample``. ``resolved`` is what evaluation counts.
@@ -74,9 +75,15 @@ class Task(Protocol):
         """Prepare a fresh sandbox for an episode of this task."""
         ...
 
+    def settled(self, trajectory: Trajectory) -> Outcome | None:
+        """The outcome when the trajectory alone decides it (an SWE episode that submitted nothing),
+        so that no grader runs and no pristine sandbox is made; ``None`` otherwise."""
+        ...
+
     async def grade(self, sandbox: AsyncSandbox, trajectory: Trajectory) -> Outcome:
-        """Grade an episode the policy finished (submitted, or ran into a limit): in its sandbox, or
-        in a pristine copy of the set-up when the family says ``pristine_grading``."""
+        """Grade an episode the policy finished (submitted, or ran into a limit) and :meth:`settled`
+        left open: in its sandbox, or in a pristine copy of the set-up when the family says
+        ``pristine_grading``."""
         ...
 
 
@@ -98,6 +105,9 @@ class FunctionTask:
     async def setup(self, sandbox: AsyncSandbox) -> None:
         if self.setup_fn is not None:
             await self.setup_fn(sandbox)
+
+    def settled(self, trajectory: Trajectory) -> Outcome | None:
+        return None
 
     async def grade(self, sandbox: AsyncSandbox, trajectory: Trajectory) -> Outcome:
         if self.grade_fn is None:

@@ -81,3 +81,30 @@ async def test_a_runner_without_a_policy_says_so(aclient):
         await EpisodeRunner(aclient, BashHarness()).run_one(Counting(TaskFamily("x")).task("t"), 0)
     with pytest.raises(ValueError, match="concurrency"):
         EpisodeRunner(aclient, concurrency=0)
+
+
+async def test_a_pristine_grading_family_is_graded_in_a_fresh_copy_of_its_set_up(aclient):
+    graded_in: list[tuple[str, str, bool]] = []
+
+    async def setup(sandbox: AsyncSandbox) -> None:
+        await sandbox.write_file("/workspace/repo/state", "set up\n")
+
+    async def grade(sandbox: AsyncSandbox, trajectory) -> Outcome:
+        left = await sandbox.exec("cat /workspace/repo/state; ls /workspace/repo; pgrep -x sleep || true")
+        graded_in.append((sandbox.id, left.stdout, trajectory.metadata["sandbox_id"] in
+                          {s.id for s in await aclient.list()}))
+        return Outcome(reward=1.0, resolved=True)
+
+    family = TaskFamily("pristine", setup_in_files=True, pristine_grading=True)
+    task = FunctionTask("p", "Change the state.", setup, grade, family)
+    tamper = ("```bash\necho tampered > /workspace/repo/state && touch /workspace/repo/left && "
+              "(setsid sleep 987 &) && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```")
+    for setups in (None, SetupCache(aclient)):  # set up anew, and forked from the set-up snapshot
+        trajectory = await run_episode(aclient, BashHarness(), Replies(tamper), task, setups=setups)
+        sandbox_id, seen, episode_alive = graded_in[-1]
+        assert trajectory.outcome.reward == 1.0 and sandbox_id != trajectory.metadata["sandbox_id"]
+        assert seen == "set up\nstate\n"  # no tampering, no new file, no process left behind
+        assert not episode_alive  # the episode's sandbox was deleted before the grader ran
+        if setups is not None:
+            await setups.close()
+    assert not {s.id for s in await aclient.list()} & {g[0] for g in graded_in}  # the grader's sandboxes too

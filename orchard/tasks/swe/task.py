@@ -54,12 +54,18 @@ class SWETask:
     async def setup(self, sandbox: AsyncSandbox) -> None:
         await setup_workspace(sandbox, self.instance)
 
+    def settled(self, trajectory: Trajectory) -> Outcome | None:
+        """An episode that submitted nothing is unresolved (see the module docstring)."""
+        if (trajectory.metadata.get("submission") or "").strip():
+            return None
+        trajectory.metadata["grade"] = {"instance_id": self.id, "resolved": False, "reason": "no_submission"}
+        return Outcome(reward=UNRESOLVED, resolved=False)
+
     async def grade(self, sandbox: AsyncSandbox, trajectory: Trajectory) -> Outcome:
-        submission = trajectory.metadata.get("submission") or ""
-        if not submission.strip():
-            trajectory.metadata["grade"] = {"instance_id": self.id, "resolved": False, "reason": "no_submission"}
-            return Outcome(reward=UNRESOLVED, resolved=False)
-        result = await grade_submission(sandbox, self.instance, submission, timeout=self.grade_timeout)
+        if (settled := self.settled(trajectory)) is not None:
+            return settled
+        result = await grade_submission(sandbox, self.instance, trajectory.metadata["submission"],
+                                        timeout=self.grade_timeout)
         trajectory.metadata["grade"] = result.to_dict()
         return Outcome(reward=RESOLVED if result.resolved else UNRESOLVED, resolved=result.resolved)
 
