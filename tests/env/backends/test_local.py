@@ -248,6 +248,9 @@ async def test_rootless_sandboxes_are_isolated(rootless_backend):
         assert (await sb.exec("touch /usr/orchard-rootless"))["exit_code"] != 0  # host tree is read-only here
         assert (await sb.exec("mount -t tmpfs none /mnt"))["exit_code"] != 0
         assert (await sb.exec("ls /sys/class/net"))["stdout"].split() == ["lo"]
+        status = (await sb.exec("grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status"))["stdout"].split()
+        assert status == ["NoNewPrivs:", "1", "Seccomp:", "2"]  # setpriv --no-new-privs, the agent's --confine
+        assert (await sb.exec("unshare -U true"))["exit_code"] != 0
     finally:
         await sb.close()
         os.unlink(secret)

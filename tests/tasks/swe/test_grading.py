@@ -159,3 +159,27 @@ async def test_async_evaluation_of_a_generated_bug(orchestrator, tmp_path):
         empty = await grade_in_fresh_sandbox(aclient, bug, "", memory="512Mi")
     assert gold.resolved, gold.log[-3000:]
     assert not empty.resolved and {t.test for t in empty.tests if not t.passed} == set(bug.FAIL_TO_PASS)
+
+
+def test_a_missing_report_fails_the_grade_with_its_reason(graded, instance):
+    no_report = replace(instance, test_cmd="{python} -c 'print(\"PASSED tests/test_mul.py::test_mul\")' #")
+    result = graded(FIX, no_report)  # prints a passing summary line but writes no report
+    assert not result.resolved and result.reason == "report_missing"
+
+
+def test_an_oversized_report_fails_the_grade(graded, monkeypatch):
+    from orchard.tasks.swe import grading
+
+    monkeypatch.setattr(grading, "REPORT_MAX_BYTES", 64)
+    result = graded(FIX)
+    assert not result.resolved and result.reason == "report_too_large"
+
+
+def test_protected_paths_are_the_tests_their_directories_and_pytest_config(instance):
+    from orchard.tasks.swe.grading import protected
+
+    changed = ["calc/ops.py", "tests/test_ops.py", "tests/helpers.py", "conftest.py", "calc/conftest.py",
+               "pytest.ini", "setup.cfg", "pyproject.toml", "calc/sitecustomize.py", "x.pth", "docs/tests.md"]
+    assert protected(instance, changed) == ["calc/conftest.py", "calc/sitecustomize.py", "conftest.py",
+                                            "pyproject.toml", "pytest.ini", "setup.cfg", "tests/helpers.py",
+                                            "tests/test_ops.py", "x.pth"]

@@ -83,3 +83,16 @@ def test_the_log_is_the_fallback_when_the_report_is_missing_or_broken(pytest_run
         assert {t: r.status for t, r in parse_results(report, log).items()} == EXPECTED
     with pytest.raises(ValueError, match="not a JUnit XML report"):
         parse_junit(b"<html/>")
+
+
+def test_a_report_with_a_dtd_or_entities_is_refused_as_malformed():
+    laughs = ('<?xml version="1.0"?><!DOCTYPE t [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;">]>'
+              '<testsuites><testsuite><testcase classname="t" name="x" file="t.py">&b;</testcase></testsuite>'
+              '</testsuites>')
+    with pytest.raises(ValueError, match="not a JUnit XML report"):
+        parse_junit(laughs)
+    external = ('<?xml version="1.0"?><!DOCTYPE t [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+                '<testsuites><testsuite><testcase classname="t" name="x" file="t.py">&e;</testcase></testsuite>'
+                '</testsuites>')
+    with pytest.raises(ValueError):
+        parse_junit(external)
