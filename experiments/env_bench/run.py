@@ -8,7 +8,8 @@ Needs root: orchard sandboxes use Linux namespaces.
     python experiments/env_bench/run.py --stress 1000 --markdown docs/benchmarks.md
     python experiments/env_bench/run.py --soak 10 --markdown docs/benchmarks.md
 
-``--stress N`` and ``--soak MINUTES`` run the scale checks of :mod:`benchmarks.env_scale` instead of
+``--confinement`` times sandboxes with and without the seccomp filter side by side
+(:mod:`benchmarks.confinement`, ``results/confinement.json``). ``--stress N`` and ``--soak MINUTES`` run the scale checks of :mod:`benchmarks.env_scale` instead of
 the latency comparison, and write ``results/stress.json`` or ``results/soak.json``.
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from orchard.env import local_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.confinement import render_confinement, run_confinement
 from benchmarks.env import BenchConfig, publish, render_markdown, run_benchmark
 from benchmarks.env_scale import fork_and_claim, render_soak, render_stress, soak, stress
 
@@ -49,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stress", type=int, metavar="N", help="N concurrent sandboxes, 4 commands each, "
                         "then fork and warm-pool latency")
     parser.add_argument("--soak", type=float, metavar="MINUTES", help="create/exec/delete churn; report leaks")
+    parser.add_argument("--confinement", action="store_true",
+                        help="create-to-first-exec and exec with and without the seccomp filter, side by side")
     args = parser.parse_args(argv)
     for name in ("iterations", "concurrency", "per_sandbox", "creates"):
         if getattr(args, name) < 1:
@@ -67,6 +71,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     cfg = BenchConfig(iterations=args.iterations, warmup=args.warmup, concurrency=args.concurrency,
                       per_sandbox=args.per_sandbox, creates=args.creates, progress=not args.no_progress)
+    if args.confinement:
+        publish(run_confinement(cfg, command=command), args.out.with_name("confinement.json"), args.markdown,
+                "env_confinement", render_confinement)
+        return
     publish(run_benchmark(cfg, command=command), args.out, args.markdown, "env_bench", render_markdown)
 
 
