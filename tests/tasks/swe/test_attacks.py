@@ -24,6 +24,7 @@ from orchard.tasks.swe.attacks import swe_attacks
 from orchard.tasks.swe.diffs import unified_diff
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.task import SWETask
+from tests.tasks.swe.calc import write_calc_repo
 
 OPS = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b\n"
 TESTS = ("from calc.ops import add, mul\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
@@ -35,16 +36,11 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(orchard.__file__)))
 
 @pytest.fixture(scope="module")
 def instance(tmp_path_factory) -> SWEInstance:
-    repo = tmp_path_factory.mktemp("calc")
-    (repo / "calc").mkdir()
-    (repo / "calc" / "__init__.py").write_text("")
-    (repo / "calc" / "ops.py").write_text(OPS)
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_ops.py").write_text(TESTS)
+    repo = write_calc_repo(tmp_path_factory.mktemp("calc"), OPS, TESTS)
     return SWEInstance(instance_id="calc__mul-visible", repo="orchard/calc", base_commit="0" * 40,
                        problem_statement="mul adds", patch=FIX, test_patch="",
                        FAIL_TO_PASS=("tests/test_ops.py::test_mul",), PASS_TO_PASS=("tests/test_ops.py::test_add",),
-                       repo_path=str(repo))
+                       repo_path=repo)
 
 
 @pytest.fixture(scope="module")

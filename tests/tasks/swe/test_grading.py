@@ -13,6 +13,7 @@ from orchard.tasks.swe.grading import grade_in_fresh_sandbox, grade_submission
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.sources import shipped_source
 from orchard.tasks.swe.workspace import SetupError, reset_workspace, setup_workspace, submission_patch
+from tests.tasks.swe.calc import write_calc_repo
 
 OPS = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a + b\n"
 VISIBLE_TESTS = ("from calc.ops import add, sub\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
@@ -35,16 +36,11 @@ FIX = edit("def mul(a, b):\n    return a + b", "def mul(a, b):\n    return a * b
 @pytest.fixture(scope="module")
 def instance(tmp_path_factory) -> SWEInstance:
     """A tiny repository whose ``mul`` is wrong; the tests of ``mul`` come with the test patch."""
-    repo = tmp_path_factory.mktemp("calc")
-    (repo / "calc").mkdir()
-    (repo / "calc" / "__init__.py").write_text("")
-    (repo / "calc" / "ops.py").write_text(OPS)
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_ops.py").write_text(VISIBLE_TESTS)
+    repo = write_calc_repo(tmp_path_factory.mktemp("calc"), OPS, VISIBLE_TESTS)
     return SWEInstance(instance_id="calc__mul-1", repo="orchard/calc", base_commit="0" * 40,
                        problem_statement="mul adds", patch=FIX,
                        test_patch=new_file_diff(HIDDEN_TESTS, "tests/test_mul.py"),
-                       FAIL_TO_PASS=F2P, PASS_TO_PASS=P2P, repo_path=str(repo))
+                       FAIL_TO_PASS=F2P, PASS_TO_PASS=P2P, repo_path=repo)
 
 
 @pytest.fixture(scope="module")
