@@ -18,11 +18,11 @@ Steps: step ``t`` is the ``t``-th assistant message (the action ``a_t``). ``valu
 ``V(s_0) .. V(s_T)``, one more than there are actions: ``V(s_t)`` is the estimate before action
 ``t`` and ``V(s_{t+1})`` the one after it.
 
-Storage is append-only JSONL (:class:`TrajectoryWriter`): each record is written with one
-``write`` of a whole line. A writer killed mid-record leaves at most a torn last line, which
-:func:`read_trajectories` reports and skips; a writer opening such a file first moves the torn
-fragment to ``<file>.torn`` so later records never follow a broken line. A malformed line that is
-not the last is an error naming the file and line.
+Storage is append-only JSONL (:class:`TrajectoryWriter`, over :mod:`orchard.data.jsonl`): each
+record is written with one ``write`` of a whole line. A writer killed mid-record leaves at most a
+torn last line, which :func:`read_trajectories` reports and skips; a writer opening such a file
+first moves the torn fragment to ``<file>.torn`` so later records never follow a broken line. A
+malformed line that is not the last is an error naming the file and line.
 
 Readers: Orchard's own records, mini-swe-agent trajectories (``trajectory_format:
 mini-swe-agent-1.1``) and plain OpenAI chat-completions message lists (:func:`load_trajectory`).
@@ -37,11 +37,12 @@ import logging
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from orchard.data.jsonl import JsonlFormatError, JsonlWriter, ReadReport, read_jsonl
 
 log = logging.getLogger(__name__)
 FORMAT = "orchard-trajectory-1"
@@ -179,51 +180,11 @@ class TrajectoryFormatError(ValueError):
     """A record that cannot be read, with the file and line it came from."""
 
 
-class TrajectoryWriter:
+class TrajectoryWriter(JsonlWriter):
     """Append trajectories to a JSONL file, one whole line per ``write``; safe to kill at any time."""
 
-    def __init__(self, path: str, fsync: bool = False) -> None:
-        self.path, self.fsync = path, fsync
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self._set_aside_torn_tail()
-
-    def _set_aside_torn_tail(self) -> None:
-        size = os.fstat(self._fd).st_size
-        if size == 0 or os.pread(self._fd, 1, size - 1) == b"\n":
-            return
-        chunk = min(size, 1 << 20)
-        while True:  # find the start of the last (torn) line
-            tail = os.pread(self._fd, chunk, size - chunk)
-            cut = tail.rfind(b"\n")
-            if cut >= 0 or chunk == size:
-                start = size - chunk + cut + 1
-                break
-            chunk = min(size, chunk * 2)
-        with open(self.path + ".torn", "ab") as aside:
-            aside.write(os.pread(self._fd, size - start, start) + b"\n")
-        os.ftruncate(self._fd, start)
-        log.warning("%s ended in a torn record (%d bytes); moved it to %s.torn", self.path, size - start, self.path)
-
     def write(self, trajectory: Trajectory) -> None:
-        line = trajectory.model_dump_json(exclude_none=True).encode() + b"\n"
-        written = os.write(self._fd, line)
-        if written != len(line):  # a full disk: do not leave half a record
-            os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
-            raise OSError(f"short write to {self.path} ({written} of {len(line)} bytes)")
-        if self.fsync:
-            os.fsync(self._fd)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> TrajectoryWriter:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
+        self.write_line(trajectory.model_dump_json(exclude_none=True).encode())
 
 
 def save_trajectories(path: str, trajectories: Iterable[Trajectory]) -> None:
@@ -238,39 +199,20 @@ def save_trajectories(path: str, trajectories: Iterable[Trajectory]) -> None:
     os.replace(partial, path)
 
 
-@dataclass
-class ReadReport:
-    """What :func:`read_trajectories` skipped."""
-
-    torn_line: int | None = None  # the 1-based number of a torn last line
-    notes: list[str] = field(default_factory=list)
-
-
 def read_trajectories(path: str, report: ReadReport | None = None) -> Iterator[Trajectory]:
     """Trajectories from a JSONL file of Orchard, mini-swe-agent or OpenAI-message records.
 
     A torn last line (a writer killed mid-record) is logged, noted in ``report`` and skipped; any
     other unreadable line raises :class:`TrajectoryFormatError` naming it.
     """
-    report = report if report is not None else ReadReport()
-    with open(path, "rb") as handle:
-        lines = handle.readlines()
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            if number == len(lines) and not raw.endswith(b"\n"):
-                report.torn_line = number
-                report.notes.append(f"{path}:{number}: torn last record ({len(raw)} bytes) skipped")
-                log.warning(report.notes[-1])
-                return
-            raise TrajectoryFormatError(f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})") from exc
-        try:
-            yield load_trajectory(record, default_id=f"{os.path.basename(path)}:{number}")
-        except (ValidationError, ValueError, TypeError, KeyError) as exc:
-            raise TrajectoryFormatError(f"{path}:{number}: {_first_error(exc)}") from exc
+    try:
+        for number, record in read_jsonl(path, report):
+            try:
+                yield load_trajectory(record, default_id=f"{os.path.basename(path)}:{number}")
+            except (ValidationError, ValueError, TypeError, KeyError) as exc:
+                raise TrajectoryFormatError(f"{path}:{number}: {_first_error(exc)}") from exc
+    except JsonlFormatError as exc:
+        raise TrajectoryFormatError(str(exc)) from exc
 
 
 def _first_error(exc: Exception) -> str:
