@@ -1,4 +1,4 @@
-"""The ``orchard`` command line: ``orchard env serve|agent|bundle`` and ``orchard serve`` (a model).
+"""The ``orchard`` command line: ``orchard env serve|agent|bundle``, ``orchard serve`` (a model) and ``orchard proxy``.
 
 Only the chosen command's module is imported, so ``orchard serve`` runs with the serving extra
 alone (none of the sandbox server's dependencies), and ``orchard env agent`` starts fast.
@@ -16,6 +16,7 @@ COMMANDS = {
     ("env", "agent"): ("orchard.env.agent.server", "build_parser", "run_agent", "run the in-sandbox agent"),
     ("env", "bundle"): ("orchard.env.bundle", "build_parser", "run_bundle", "build the self-contained agent bundle"),
     ("serve",): ("orchard.rollout.main", "build_parser", "serve", "serve a model with the OpenAI API"),
+    ("proxy",): ("orchard.rollout.main", "build_proxy_parser", "run_proxy", "record every call to an OpenAI API"),
 }
 
 

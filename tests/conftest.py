@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -159,3 +160,44 @@ def agent(tmp_path) -> Iterator[Agent]:
         http.close()
         process.terminate()
         process.wait(10)
+
+
+@dataclass
+class ModelProcess:
+    url: str  # ends in /v1
+    name: str
+    model_path: str
+    process: subprocess.Popen
+
+
+def start_model_server(model_path: str, log_path: str) -> Iterator[ModelProcess]:
+    """A real ``orchard serve`` of ``model_path`` (fp32) on a free loopback port, stopped afterwards."""
+    port = free_port()
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchard.cli", "serve", "--model", model_path, "--port", str(port),
+             "--dtype", "float32"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"orchard serve exited with {process.returncode}: "
+                                 f"{Path(log_path).read_text()[-2000:]}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, timeout=120, interval=0.2, what="orchard serve")
+        yield ModelProcess(f"http://127.0.0.1:{port}/v1", model_path, model_path, process)
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(tmp_path_factory) -> Iterator[ModelProcess]:
+    """One ``orchard serve`` of the shipped SmolLM2 for the session (server, proxy and training tests)."""
+    from orchard.models.shipped import smollm2_gguf
+
+    yield from start_model_server(smollm2_gguf(), str(tmp_path_factory.mktemp("serve") / "smollm2.log"))

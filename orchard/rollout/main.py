@@ -1,4 +1,5 @@
-"""``orchard serve --model PATH``: serve a model with the OpenAI API (see :mod:`orchard.rollout.server`)."""
+"""``orchard serve --model PATH``: serve a model with the OpenAI API (see :mod:`orchard.rollout.server`);
+``orchard proxy --upstream URL``: the recording proxy in front of one (see :mod:`orchard.rollout.proxy`)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,28 @@ def serve(args: argparse.Namespace) -> None:
     log.info("loaded %s in %.1f s; serving it as %r on http://%s:%d/v1", args.model,
              time.perf_counter() - started, server.name, args.host, args.port)
     uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning", timeout_keep_alive=120)
+
+
+def build_proxy_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="orchard proxy", description="the recording proxy")
+    parser.add_argument("--upstream", required=True, help="the upstream's URL (orchard serve, vLLM, any endpoint)")
+    parser.add_argument("--upstream-key", default="EMPTY")
+    parser.add_argument("--model", default=None, help="the upstream's model name (default: its first)")
+    parser.add_argument("--records", required=True, help="directory of the sessions' JSONL records")
+    parser.add_argument("--admin-key", default=None, help="required on the session routes when set")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--log-level", default="info")
+    return parser
+
+
+def run_proxy(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from orchard.rollout.proxy import ProxyConfig, RecordingProxy, create_proxy_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    proxy = RecordingProxy(ProxyConfig(args.upstream, args.records, args.upstream_key, args.admin_key, args.model))
+    log.info("recording proxy for %s on http://%s:%d (records in %s)", args.upstream, args.host, args.port,
+             args.records)
+    uvicorn.run(create_proxy_app(proxy), host=args.host, port=args.port, log_level="warning", timeout_keep_alive=120)

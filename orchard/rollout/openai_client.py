@@ -14,7 +14,8 @@ retry the same way:
   the status and the start of the body.
 
 The client has a sync face (:meth:`OpenAIClient.post`, used from worker threads) and an async one
-(:meth:`OpenAIClient.apost`, used on the event loop); each opens its httpx pool on first use.
+(:meth:`OpenAIClient.apost`, used on the event loop, and :meth:`OpenAIClient.astream` for
+server-sent events); each opens its httpx pool on first use.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import email.utils
 import json
 import random
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +124,39 @@ class OpenAIClient:
             else:
                 if (wait := self._retry_status(path, response, attempt)) is None:
                     return _decode(path, response)
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    async def astream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """POST ``body`` with ``stream: true`` and yield each server-sent event's JSON as it arrives.
+
+        Connecting is retried as :meth:`apost` is; once the first byte has come, nothing is (the
+        caller has seen part of the answer). An error status raises :class:`OpenAIError`.
+        """
+        if self._async is None:
+            self._async = httpx.AsyncClient(timeout=self.timeout)
+        attempt, started = 0, False
+        while True:
+            try:
+                async with self._async.stream("POST", self.url(path), json={**body, "stream": True},
+                                              headers=self.headers) as response:
+                    if (wait := self._retry_status(path, response, attempt)) is None:
+                        if response.is_error:
+                            await response.aread()
+                            _decode(path, response)
+                        async for line in response.aiter_lines():
+                            if not line.startswith("data:"):
+                                continue
+                            data = line[len("data:"):].strip()
+                            if data == "[DONE]":
+                                return
+                            started = True
+                            yield json.loads(data)
+                        return
+            except httpx.TransportError as exc:
+                if started:
+                    raise OpenAIError(f"POST {self.url(path)}: the stream broke off: {exc!r}") from exc
+                wait = self._retry_transport(path, exc, attempt)
             await asyncio.sleep(wait)
             attempt += 1
 

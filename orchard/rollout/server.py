@@ -9,7 +9,10 @@ weight-reload hook that vLLM also serves in dev mode: ``POST /collective_rpc`` w
 
 Requests run one at a time on the engine (each may hold ``n`` sequences in one batch); the engine
 runs in a worker thread so the event loop keeps answering. Streams are decoded token by token.
-Errors use OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``.
+Errors use OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``. Every reply and
+chunk carries ``weight_version``, the engine's version of its weights (bumped by each reload), and
+with ``return_token_ids`` a stream's first chunk of each choice carries its ``prompt_token_ids``, as
+vLLM's do.
 """
 
 from __future__ import annotations
@@ -221,7 +224,7 @@ def create_app(server: ModelServer) -> FastAPI:
         max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_CHAT_MAX_TOKENS
         sampling = server.sampling(request, max_tokens)
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        head = {"id": ident, "created": created, "model": server.name}
+        head = {"id": ident, "created": created, "model": server.name, "weight_version": server.engine.weight_version}
         if request.stream:
             prompts = [prompt] * request.n
             return _stream_response(server, prompts, sampling, _chat_stream(server, request, prompts, sampling, head))
@@ -248,7 +251,8 @@ def create_app(server: ModelServer) -> FastAPI:
         prompts = _prompt_ids(server.tokenizer, request.prompt)
         sampling = server.sampling(request, request.max_tokens)
         rows = [p for p in prompts for _ in range(request.n)]
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": server.name}
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": server.name,
+                "weight_version": server.engine.weight_version}
         if request.stream:
             return _stream_response(server, rows, sampling, _completion_stream(server, request, rows, sampling, head))
         results = await _generate(server, rows, sampling)
@@ -328,8 +332,11 @@ async def _chat_stream(server: ModelServer, request: ChatRequest, prompts: list[
     sent = [("", "")] * len(prompts)
     generated = 0
     for index in range(len(prompts)):
-        yield _sse({**chunk, "choices": [{"index": index, "delta": {"role": "assistant", "content": ""},
-                                          "finish_reason": None, "logprobs": None}]})
+        first = {**chunk, "choices": [{"index": index, "delta": {"role": "assistant", "content": ""},
+                                       "finish_reason": None, "logprobs": None}]}
+        if request.return_token_ids:
+            first["prompt_token_ids"] = prompts[index]
+        yield _sse(first)
     async for delta in _streamed(server, prompts, sampling):
         generated += len(delta.token_ids)
         row = delta.row
@@ -366,7 +373,7 @@ async def _chat_stream(server: ModelServer, request: ChatRequest, prompts: list[
 async def _completion_stream(server: ModelServer, request: CompletionRequest, prompts: list[list[int]],
                              sampling: SamplingParams, head: dict) -> AsyncIterator[str]:
     chunk = {**head, "object": "text_completion"}
-    generated = 0
+    generated, started = 0, set()
     async for delta in _streamed(server, prompts, sampling):
         generated += len(delta.token_ids)
         choice = {"index": delta.row, "text": delta.text, "finish_reason": delta.finish_reason,
@@ -374,6 +381,9 @@ async def _completion_stream(server: ModelServer, request: CompletionRequest, pr
                   if request.logprobs is not None else None}
         if request.return_token_ids:
             choice["token_ids"] = delta.token_ids
+            if delta.row not in started:  # the row's prompt, with its first chunk (as vLLM sends it)
+                choice["prompt_token_ids"] = prompts[delta.row]
+                started.add(delta.row)
         yield _sse({**chunk, "choices": [choice]})
     if request.include_usage:
         prompt_tokens = sum(len(p) for p in prompts)

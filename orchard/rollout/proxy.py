@@ -1,0 +1,446 @@
+"""The recording proxy: an OpenAI-compatible server in front of any upstream, recording every call.
+
+A harness Orchard does not control (a CLI, a Rust binary, someone else's Python loop) becomes a
+source of on-policy data by pointing its OpenAI base URL at a session of this proxy:
+
+1. **Sessions.** The trainer opens one per rollout: ``POST /sessions`` (admin key) with the task,
+   the harness, the rollout id, a deadline in seconds and the sampling, and gets the session's
+   own base URL (``/s/{session}/v1``) and key. A call is attributed by its path, else by its
+   bearer key, else by an ``X-Orchard-Session`` header; an unknown session is a 404 and a closed
+   one a 409, so a misconfigured harness fails loudly. ``POST /sessions/{id}/close`` ends it.
+2. **The trainer sets sampling.** The session's temperature, top-p, seed and max tokens (and the
+   upstream's model name) replace what the harness sends. The reply goes back in the plain
+   OpenAI shape the client asked for: the token ids and logprobs the proxy asked the upstream
+   for are stripped unless the client asked for them too.
+3. **Token ids and logprobs are recorded, never re-derived**: the proxy asks the upstream for
+   ``return_token_ids`` (vLLM's extension, which ``orchard serve`` speaks) and logprobs, streamed
+   or not. A call whose ids or logprobs did not come back is recorded as text with
+   ``usable_for_rl: false``.
+4. **Streaming passes through** chunk by chunk as the upstream sends it; the record is assembled
+   when the stream ends, and a client that disconnects leaves a record with status
+   ``client_disconnected``.
+5. **Records** are append-only, crash-safe JSONL, one file per session (:mod:`orchard.data.jsonl`):
+   a ``session`` line, then one ``call`` line per call (the request as the client sent it and as
+   it went upstream, the response, prompt and completion token ids, logprobs, finish reasons,
+   latency, time to first token, the upstream's ``weight_version``, a status), and a ``closed``
+   or ``timed_out`` line. :func:`read_session` reads one back.
+6. **The deadline** (the paper's wall clock for Claw) is enforced: a call after it, or one that
+   runs past it, gets a 504, and the session is marked ``timed_out``: its rollout is excluded
+   from training.
+
+``GET /metrics`` is Prometheus; the session routes need the admin key when one is set. The
+proxy binds to loopback by default (``orchard proxy``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
+
+from orchard.data.jsonl import JsonlWriter, ReadReport, read_jsonl
+from orchard.rollout.openai_client import OpenAIClient, OpenAIError
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "x-orchard-session"
+SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens")
+Status = Literal["open", "closed", "timed_out"]
+
+
+class SessionSampling(BaseModel):
+    """What the trainer sets for every call of a session (``None``: the harness's value stands)."""
+
+    temperature: float | None = Field(None, ge=0, le=10)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None
+    max_tokens: int | None = Field(None, ge=1)
+
+
+class SessionRequest(BaseModel):
+    task: str
+    harness: str
+    rollout_id: str = ""
+    deadline_s: float | None = Field(None, gt=0, description="seconds from now; None: no deadline")
+    sampling: SessionSampling = Field(default_factory=SessionSampling)
+
+
+@dataclass
+class Session:
+    id: str
+    key: str
+    request: SessionRequest
+    path: str  # its records
+    writer: JsonlWriter
+    deadline: float | None  # time.monotonic() at which it times out
+    status: Status = "open"
+    calls: int = 0
+
+    def info(self, root: str = "") -> dict[str, Any]:
+        return {"id": self.id, "base_url": f"{root}/s/{self.id}/v1", "api_key": self.key, "records": self.path,
+                "status": self.status, "calls": self.calls, **self.request.model_dump()}
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    upstream: str  # the upstream's root or /v1 URL
+    records_dir: str
+    upstream_key: str = "EMPTY"
+    admin_key: str | None = None  # required on the session routes when set
+    model: str | None = None  # the upstream's model name; None: the first of its /v1/models
+
+
+class ProxyError(Exception):
+    def __init__(self, message: str, status: int, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def _error(message: str, status: int, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
+
+
+@dataclass
+class _Call:
+    """What one call has gathered so far (a stream fills it chunk by chunk)."""
+
+    kind: Literal["chat", "completion"]
+    started: float = field(default_factory=time.perf_counter)
+    first_token: float | None = None
+    prompt_token_ids: dict[int, list[int]] = field(default_factory=dict)
+    token_ids: dict[int, list[int]] = field(default_factory=dict)
+    logprobs: dict[int, list[float]] = field(default_factory=dict)
+    text: dict[int, str] = field(default_factory=dict)
+    finish_reason: dict[int, str | None] = field(default_factory=dict)
+    weight_version: int | None = None
+    ids_missing: bool = False
+
+    def add_choice(self, choice: dict[str, Any], top: dict[str, Any], streamed: bool) -> None:
+        index = choice.get("index", 0)
+        if self.first_token is None:
+            self.first_token = time.perf_counter()
+        prompt = choice.get("prompt_token_ids", top.get("prompt_token_ids"))
+        if prompt is not None and index not in self.prompt_token_ids:
+            self.prompt_token_ids[index] = list(prompt)
+        if "token_ids" in choice and choice["token_ids"] is not None:
+            self.token_ids.setdefault(index, []).extend(choice["token_ids"])
+        elif (choice.get("delta") or {}).get("content") or choice.get("text") or choice.get("message"):
+            self.ids_missing = True
+        self.logprobs.setdefault(index, []).extend(_logprobs(choice))
+        part = (choice.get("delta") if streamed else choice.get("message")) or {}
+        text = (choice.get("text") if self.kind == "completion" else part.get("content")) or ""
+        self.text[index] = self.text.get(index, "") + text
+        if choice.get("finish_reason") is not None or index not in self.finish_reason:
+            self.finish_reason[index] = choice.get("finish_reason")
+        if top.get("weight_version") is not None:
+            self.weight_version = top["weight_version"]
+
+    def record(self, session: Session, number: int, path: str, request: dict, upstream: dict,
+               response: dict | None, status: str, error: str | None = None) -> dict[str, Any]:
+        choices = sorted(set(self.token_ids) | set(self.text) | set(self.finish_reason))
+        completions = [{"index": i, "token_ids": self.token_ids.get(i), "logprobs": self.logprobs.get(i) or None,
+                        "text": self.text.get(i, ""), "finish_reason": self.finish_reason.get(i)} for i in choices]
+        usable = (status == "ok" and not self.ids_missing and bool(completions)
+                  and all(c["token_ids"] is not None and c["logprobs"] is not None
+                          and len(c["logprobs"]) == len(c["token_ids"]) for c in completions)
+                  and all(i in self.prompt_token_ids for i in choices))
+        now = time.perf_counter()
+        return {"type": "call", "session": session.id, "call": number, "path": path, "time": time.time(),
+                "request": request, "upstream_request": upstream, "response": response,
+                "prompt_token_ids": [self.prompt_token_ids.get(i) for i in choices], "completions": completions,
+                "latency_s": now - self.started,
+                "ttft_s": None if self.first_token is None else self.first_token - self.started,
+                "weight_version": self.weight_version, "status": status, "error": error, "usable_for_rl": usable}
+
+
+def _logprobs(choice: dict[str, Any]) -> list[float]:
+    logprobs = choice.get("logprobs")
+    if not logprobs:
+        return []
+    if "content" in logprobs:  # chat
+        return [entry["logprob"] for entry in logprobs["content"] or []]
+    return list(logprobs.get("token_logprobs") or [])  # completions
+
+
+def _strip(body: dict[str, Any], wants_ids: bool, wants_logprobs: bool) -> dict[str, Any]:
+    """``body`` less what the proxy asked for and the client did not."""
+    out = dict(body)
+    if not wants_ids:
+        out.pop("prompt_token_ids", None)
+    choices = []
+    for choice in out.get("choices") or []:
+        choice = dict(choice)
+        if not wants_ids:
+            choice.pop("token_ids", None)
+            choice.pop("prompt_token_ids", None)
+        if not wants_logprobs and "logprobs" in choice:
+            choice["logprobs"] = None
+        choices.append(choice)
+    if "choices" in out:
+        out["choices"] = choices
+    return out
+
+
+class RecordingProxy:
+    """The sessions, the upstream client and the records (see the module docstring)."""
+
+    def __init__(self, config: ProxyConfig, client: OpenAIClient | None = None) -> None:
+        self.config = config
+        self.client = client or OpenAIClient(config.upstream, config.upstream_key)
+        self.sessions: dict[str, Session] = {}
+        self.by_key: dict[str, Session] = {}
+        self.model = config.model
+        os.makedirs(config.records_dir, exist_ok=True)
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.calls = Counter("orchard_proxy_calls", "proxied calls by status", ["status"], registry=self.registry)
+        self.latency = Histogram("orchard_proxy_call_seconds", "call latency, upstream included",
+                                 registry=self.registry)
+        self.open_sessions = Gauge("orchard_proxy_open_sessions", "sessions open", registry=self.registry)
+
+    # -------------------------------------------------------------- sessions
+
+    def open(self, request: SessionRequest) -> Session:
+        ident = secrets.token_hex(8)
+        path = os.path.join(self.config.records_dir, f"{ident}.jsonl")
+        deadline = time.monotonic() + request.deadline_s if request.deadline_s else None
+        session = Session(ident, f"sk-orchard-{secrets.token_urlsafe(18)}", request, path, JsonlWriter(path), deadline)
+        session.writer.write_record({"type": "session", "id": ident, "time": time.time(), **request.model_dump()})
+        self.sessions[ident], self.by_key[session.key] = session, session
+        self.open_sessions.inc()
+        return session
+
+    def close(self, session: Session, status: Status = "closed") -> None:
+        if session.status != "open":
+            return
+        session.status = status
+        session.writer.write_record({"type": status, "time": time.time(), "calls": session.calls})
+        session.writer.close()
+        self.by_key.pop(session.key, None)
+        self.open_sessions.dec()
+
+    def find(self, request: Request, session_id: str | None) -> Session:
+        """The session a call belongs to: by path, else bearer key, else header; 404/409/504 otherwise."""
+        if session_id is None:
+            key = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            by_key = self.by_key.get(key)
+            session_id = by_key.id if by_key else request.headers.get(SESSION_HEADER)
+        if not session_id:
+            raise ProxyError("no session: call /s/{session}/v1, or use the session's key or the X-Orchard-Session "
+                             "header", 404)
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise ProxyError(f"unknown session {session_id!r}", 404)
+        if session.status == "timed_out":
+            raise ProxyError(f"session {session_id} ran past its deadline", 504, "timeout")
+        if session.status != "open":
+            raise ProxyError(f"session {session_id} is {session.status}", 409)
+        if session.deadline is not None and time.monotonic() >= session.deadline:
+            self.close(session, "timed_out")
+            raise ProxyError(f"session {session_id} ran past its deadline", 504, "timeout")
+        return session
+
+    async def upstream_model(self) -> str:
+        if self.model is None:
+            import httpx
+
+            async with httpx.AsyncClient(timeout=30) as http:
+                reply = await http.get(self.client.url("/v1/models"), headers=self.client.headers)
+                reply.raise_for_status()
+                self.model = reply.json()["data"][0]["id"]
+        return self.model
+
+    # ----------------------------------------------------------------- calls
+
+    async def forward(self, session: Session, path: str, body: dict[str, Any]):
+        """Forward one call; a JSON body, or a stream of server-sent events."""
+        kind: Literal["chat", "completion"] = "chat" if path.endswith("chat/completions") else "completion"
+        wants_ids = bool(body.get("return_token_ids"))
+        wants_logprobs = bool(body.get("logprobs")) if kind == "chat" else body.get("logprobs") is not None
+        upstream = {**body, "model": await self.upstream_model(), "return_token_ids": True}
+        upstream.update({k: v for k, v in session.request.sampling.model_dump().items() if v is not None})
+        upstream["logprobs"] = True if kind == "chat" else max(int(body.get("logprobs") or 0), 0)
+        session.calls += 1
+        number, call = session.calls, _Call(kind)
+        remaining = None if session.deadline is None else session.deadline - time.monotonic()
+        if body.get("stream"):
+            return StreamingResponse(self._stream(session, number, path, body, upstream, call, wants_ids,
+                                                  wants_logprobs, remaining), media_type="text/event-stream")
+        try:
+            async with asyncio.timeout(remaining):
+                reply = await self.client.apost(path, {**upstream, "stream": False})
+        except TimeoutError:
+            self._write(session, call.record(session, number, path, body, upstream, None, "deadline"))
+            self.close(session, "timed_out")
+            raise ProxyError(f"session {session.id} ran past its deadline", 504, "timeout") from None
+        except OpenAIError as exc:
+            self._write(session, call.record(session, number, path, body, upstream, None, "upstream_error", str(exc)))
+            raise ProxyError(f"upstream: {exc}", exc.status or 502, "upstream_error") from None
+        for choice in reply.get("choices") or []:
+            call.add_choice(choice, reply, streamed=False)
+        self._write(session, call.record(session, number, path, body, upstream, reply, "ok"))
+        return _strip(reply, wants_ids, wants_logprobs)
+
+    async def _stream(self, session: Session, number: int, path: str, body: dict, upstream: dict, call: _Call,
+                      wants_ids: bool, wants_logprobs: bool, remaining: float | None) -> AsyncIterator[bytes]:
+        status, error = "ok", None
+        try:
+            async with asyncio.timeout(remaining):
+                async for chunk in self.client.astream(path, upstream):
+                    for choice in chunk.get("choices") or []:
+                        call.add_choice(choice, chunk, streamed=True)
+                    yield b"data: " + json.dumps(_strip(chunk, wants_ids, wants_logprobs)).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+        except TimeoutError:
+            status = "deadline"
+            self.close(session, "timed_out")
+            yield b"data: " + json.dumps({"error": {"message": "the session ran past its deadline",
+                                                    "type": "timeout", "code": 504}}).encode() + b"\n\n"
+        except OpenAIError as exc:
+            status, error = "upstream_error", str(exc)
+            yield b"data: " + json.dumps({"error": {"message": f"upstream: {exc}", "type": "upstream_error",
+                                                    "code": exc.status or 502}}).encode() + b"\n\n"
+        except (asyncio.CancelledError, GeneratorExit):
+            status = "client_disconnected"
+            raise
+        finally:
+            self._write(session, call.record(session, number, path, body, upstream, None, status, error))
+
+    def _write(self, session: Session, record: dict[str, Any]) -> None:
+        self.calls.labels(record["status"]).inc()
+        self.latency.observe(record["latency_s"])
+        if not session.writer.closed:  # a session closed while its call ran keeps the call out of the file
+            session.writer.write_record(record)
+        else:
+            log.warning("session %s closed before its call %d ended; the call is not recorded", session.id,
+                        record["call"])
+
+
+def create_proxy_app(proxy: RecordingProxy) -> FastAPI:
+    app = FastAPI(title="Orchard recording proxy")
+
+    @app.exception_handler(ProxyError)
+    async def _proxy_error(_: Request, exc: ProxyError) -> JSONResponse:
+        return _error(str(exc), exc.status, exc.kind)
+
+    def admin(request: Request) -> None:
+        key = proxy.config.admin_key
+        if key and request.headers.get("authorization", "") != f"Bearer {key}":
+            raise ProxyError("the session routes need the proxy's admin key", 401, "authentication_error")
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "sessions": len(proxy.sessions)}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(proxy.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/sessions")
+    async def open_session(body: SessionRequest, request: Request) -> dict:
+        admin(request)
+        return proxy.open(body).info(str(request.base_url).rstrip("/"))
+
+    @app.get("/sessions/{session_id}")
+    async def session_info(session_id: str, request: Request) -> dict:
+        admin(request)
+        if session_id not in proxy.sessions:
+            raise ProxyError(f"unknown session {session_id!r}", 404)
+        return proxy.sessions[session_id].info(str(request.base_url).rstrip("/"))
+
+    @app.post("/sessions/{session_id}/close")
+    async def close_session(session_id: str, request: Request) -> dict:
+        admin(request)
+        session = proxy.sessions.get(session_id)
+        if session is None:
+            raise ProxyError(f"unknown session {session_id!r}", 404)
+        proxy.close(session)
+        return session.info(str(request.base_url).rstrip("/"))
+
+    async def models(request: Request, session_id: str | None = None) -> dict:
+        proxy.find(request, session_id)
+        return {"object": "list", "data": [{"id": await proxy.upstream_model(), "object": "model",
+                                            "owned_by": "orchard-proxy"}]}
+
+    async def call(request: Request, path: str, session_id: str | None = None):
+        session = proxy.find(request, session_id)
+        try:
+            body = await request.json()
+        except ValueError:
+            raise ProxyError("the request body is not JSON", 400) from None
+        if not isinstance(body, dict):
+            raise ProxyError("the request body must be a JSON object", 400)
+        return await proxy.forward(session, path, body)
+
+    @app.get("/v1/models")
+    async def models_by_key(request: Request) -> dict:
+        return await models(request)
+
+    @app.get("/s/{session_id}/v1/models")
+    async def models_by_path(session_id: str, request: Request) -> dict:
+        return await models(request, session_id)
+
+    @app.post("/v1/chat/completions")
+    async def chat_by_key(request: Request):
+        return await call(request, "/v1/chat/completions")
+
+    @app.post("/s/{session_id}/v1/chat/completions")
+    async def chat_by_path(session_id: str, request: Request):
+        return await call(request, "/v1/chat/completions", session_id)
+
+    @app.post("/v1/completions")
+    async def completions_by_key(request: Request):
+        return await call(request, "/v1/completions")
+
+    @app.post("/s/{session_id}/v1/completions")
+    async def completions_by_path(session_id: str, request: Request):
+        return await call(request, "/v1/completions", session_id)
+
+    return app
+
+
+@dataclass
+class SessionRecord:
+    """A session's records as read back: its opening line, its calls, how it ended."""
+
+    session: dict[str, Any]
+    calls: list[dict[str, Any]]
+    status: Status
+    report: ReadReport
+
+    @property
+    def trainable(self) -> bool:
+        """Whether its rollout may be trained on: it ended in time and every call has its ids."""
+        return self.status != "timed_out" and all(c["usable_for_rl"] for c in self.calls)
+
+
+def read_session(path: str) -> SessionRecord:
+    """A session's JSONL records (a torn last line, from a proxy killed mid-write, is skipped)."""
+    report = ReadReport()
+    session: dict[str, Any] = {}
+    calls: list[dict[str, Any]] = []
+    status: Status = "open"
+    for _, record in read_jsonl(path, report):
+        kind = record.get("type")
+        if kind == "session":
+            session = record
+        elif kind == "call":
+            calls.append(record)
+        elif kind in ("closed", "timed_out"):
+            status = kind
+    if any(c["status"] == "deadline" for c in calls):
+        status = "timed_out"
+    return SessionRecord(session, calls, status, report)
