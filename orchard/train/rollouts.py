@@ -13,6 +13,10 @@ tokens carry loss, and every one of them gets the trajectory's advantage. Rows c
   only the latest screenshot) samples turns that are not prefixes of one another: only these rows
   train on what it saw.
 
+Rollouts of harnesses Orchard does not control come as the recording proxy's calls instead
+(:func:`recorded_rows`): the upstream's own ids, merged into one row while each call's prompt
+extends the previous one.
+
 A row whose prompt differs from the sampled one, token for token, is a
 :class:`~orchard.data.examples.PromptMismatch`. Rows are packed like SFT rows
 (:func:`orchard.data.pipeline.pack`), with ``old_logprobs`` and ``advantages`` as extra per-token
@@ -21,8 +25,8 @@ features.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -72,6 +76,37 @@ def turn_rows(trajectory: Trajectory, advantage: float | None, chat_format: Chat
         value = 0.0 if advantage is None else advantage
         rows.append({"token_ids": turn.prompt + ids, "loss_mask": mask,
                      "old_logprobs": [0.0] * len(turn.prompt) + logprobs, "advantages": [value] * size})
+    return rows
+
+
+def recorded_rows(calls: Sequence[Mapping[str, Any]], advantage: float | None, choice: int = 0) -> list[Row]:
+    """Rows of one rollout recorded by the proxy (:mod:`orchard.rollout.proxy`), from its calls in order.
+
+    Each call is its prompt ids (no loss) and its completion ids (loss; the recorded logprobs are the
+    old logprobs; the rollout's ``advantage`` on every token). A call whose prompt extends the
+    previous row's ids exactly (the prompt and completion before it, then the observation) joins
+    that row, its new prompt tokens carrying no loss; any other call starts a row. The ids are the
+    ones the upstream sampled: nothing is re-tokenised. A call the proxy marked unusable for RL (no
+    ids or logprobs came back, the client disconnected, the deadline passed) is an error.
+    """
+    rows: list[Row] = []
+    for call in calls:
+        if not call.get("usable_for_rl"):
+            raise ValueError(f"call {call.get('call')} of session {call.get('session')} is not usable for RL "
+                             f"(status {call.get('status')!r}): its rollout cannot be trained on")
+        prompt, completion = list(call["prompt_token_ids"][choice]), call["completions"][choice]
+        ids, logprobs = list(completion["token_ids"]), list(completion["logprobs"])
+        row = rows[-1] if rows else None
+        if row is not None and prompt[:len(row["token_ids"])] == row["token_ids"]:
+            prompt = prompt[len(row["token_ids"]):]  # the observation since the last call
+        else:
+            row = {"token_ids": [], "loss_mask": [], "old_logprobs": [], "advantages": []}
+            rows.append(row)
+        row["token_ids"] += prompt + ids
+        row["loss_mask"] += [False] * len(prompt) + [advantage is not None] * len(ids)
+        row["old_logprobs"] += [0.0] * len(prompt) + logprobs
+    for row in rows:
+        row["advantages"] = [0.0 if advantage is None else advantage] * len(row["token_ids"])
     return rows
 
 

@@ -15,7 +15,7 @@ from orchard.models.sharding import make_mesh
 from orchard.rollout.jax_engine import JaxEngine
 from orchard.rollout.types import SamplingParams
 from orchard.train.grpo import group_advantages, make_policy_loss
-from orchard.train.rollouts import pack_rollouts, policy_rows, trajectory_row, turn_rows
+from orchard.train.rollouts import pack_rollouts, policy_rows, recorded_rows, trajectory_row, turn_rows
 from orchard.train.state import OptimConfig, batch_sharding, init_state, make_optimizer, make_train_step
 from tests.fixtures.chat.qwen3_tokenizer import qwen3_tokenizer_dir
 from tests.rollout.conftest import tiny_qwen3
@@ -134,3 +134,52 @@ def test_a_grpo_step_on_fresh_rollouts_starts_at_ratio_one(tokenizer):
     assert float(metrics["loss"]) == pytest.approx(expected, abs=1e-4)
     assert float(metrics["tokens"]) == trained.sum() == sum(len(m.token_ids) for r in runs for m in r.messages
                                                             if m.role == "assistant")
+
+
+def recorded_call(number: int, prompt: list[int], ids: list[int], usable: bool = True) -> dict:
+    return {"session": "s", "call": number, "status": "ok" if usable else "client_disconnected",
+            "usable_for_rl": usable, "prompt_token_ids": [prompt],
+            "completions": [{"token_ids": ids, "logprobs": [-0.1 * (i + 1) for i in range(len(ids))]}]}
+
+
+def test_recorded_calls_merge_while_each_prompt_extends_the_last_row():
+    calls = [recorded_call(1, [1, 2, 3], [4, 5]), recorded_call(2, [1, 2, 3, 4, 5, 6, 7], [8]),
+             recorded_call(3, [9], [10, 11])]  # the third call's prompt starts afresh: a row of its own
+    first, second = recorded_rows(calls, 0.5)
+    assert first["token_ids"] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert first["loss_mask"] == [False, False, False, True, True, False, False, True]  # 6, 7: the observation
+    assert first["old_logprobs"] == pytest.approx([0, 0, 0, -0.1, -0.2, 0, 0, -0.1])
+    assert second["token_ids"] == [9, 10, 11] and second["loss_mask"] == [False, True, True]
+    assert set(first["advantages"]) == {0.5} and len(first["advantages"]) == 8
+    assert not any(recorded_rows(calls, None)[0]["loss_mask"])  # a dropped rollout trains nothing
+    with pytest.raises(ValueError, match="not usable for RL"):
+        recorded_rows([*calls, recorded_call(4, [9, 10, 11], [12], usable=False)], 0.5)
+
+
+@pytest.mark.slow
+async def test_the_learner_recomputes_the_logprobs_the_proxy_recorded(smollm2_server, tmp_path):
+    from orchard.models.shipped import smollm2_gguf
+    from orchard.models.weights import from_pretrained
+    from orchard.rollout.proxy import ProxyConfig, RecordingProxy, SessionRequest, read_session
+    from orchard.train.state import target_logprobs
+
+    proxy = RecordingProxy(ProxyConfig(smollm2_server.url, str(tmp_path)))
+    session = proxy.open(SessionRequest(task="t", harness="h", sampling={"temperature": 1.0, "seed": 3,
+                                                                          "max_tokens": 12}))
+    messages = [{"role": "user", "content": "Name a colour."}]
+    first = await proxy.forward(session, "/v1/chat/completions", {"model": "x", "messages": messages})
+    messages += [first["choices"][0]["message"], {"role": "user", "content": "And another one?"}]
+    await proxy.forward(session, "/v1/chat/completions", {"model": "x", "messages": messages})
+    proxy.close(session)
+    await proxy.client.aclose()
+    rows = recorded_rows(read_session(session.path).calls, 1.0)
+    model = from_pretrained(smollm2_gguf(), dtype="float32")
+    differences = []
+    for row in rows:
+        tokens = np.asarray(row["token_ids"])[None]
+        logits = model(tokens, np.arange(tokens.shape[1])[None], np.ones_like(tokens))
+        learner = np.asarray(target_logprobs(logits[:, :-1], tokens[:, 1:]))[0]
+        trained = [i for i, m in enumerate(row["loss_mask"]) if m]
+        differences += [abs(learner[i - 1] - row["old_logprobs"][i]) for i in trained]
+    print(f"recorded vs learner logprobs: {len(rows)} rows, {len(differences)} tokens, mean |diff| {np.mean(differences):.2e}")
+    assert len(differences) >= 2 and float(np.mean(differences)) < 1e-3, np.mean(differences)
