@@ -6,6 +6,8 @@ import os
 
 # Sharding tests need several devices: 8 fake CPU devices, set before JAX is first imported.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# Offline: litellm's cost map from the copy it ships, not fetched (three retries a process otherwise).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import secrets
 import shutil
 import socket

@@ -3,16 +3,23 @@
 
 from __future__ import annotations
 
+import secrets
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
+import httpx
 import pytest
 from flax import nnx
 
 from orchard.data.tokenizer import Tokenizer
+from orchard.env.local import free_port
 from orchard.models.config import ModelConfig
 from orchard.models.transformer import Transformer
 from orchard.models.weights import save_pretrained
-from tests.conftest import ModelProcess, start_model_server
+from tests.conftest import ModelProcess, start_model_server, wait_until
 from tests.fixtures.chat.qwen3_tokenizer import qwen3_tokenizer_dir
 
 
@@ -35,3 +42,49 @@ def qwen3_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def qwen3_server(qwen3_dir, tmp_path_factory) -> Iterator[ModelProcess]:
     yield from start_model_server(qwen3_dir, str(tmp_path_factory.mktemp("serve") / "qwen3.log"))
+
+
+ADMIN = "admin-" + secrets.token_hex(4)
+
+
+@dataclass
+class Proxy:
+    """A real ``orchard proxy`` process and its session routes."""
+
+    root: str
+    records: str
+
+    def open(self, **fields) -> dict:
+        body = {"task": "t", "harness": "h", "rollout_id": secrets.token_hex(3), **fields}
+        reply = httpx.post(f"{self.root}/sessions", json=body, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def close(self, session: dict) -> dict:
+        return httpx.post(f"{self.root}/sessions/{session['id']}/close",
+                          headers={"Authorization": f"Bearer {ADMIN}"}).json()
+
+
+@pytest.fixture(scope="session")
+def proxy(smollm2_server, tmp_path_factory) -> Iterator[Proxy]:
+    """``orchard proxy`` in front of the session's SmolLM2 server."""
+    records = str(tmp_path_factory.mktemp("records"))
+    port, log_path = free_port(), str(tmp_path_factory.mktemp("proxy") / "proxy.log")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "orchard.cli", "proxy", "--upstream", smollm2_server.url,
+                                    "--records", records, "--admin-key", ADMIN, "--port", str(port)],
+                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def healthy() -> bool:
+        assert process.poll() is None, Path(log_path).read_text()[-2000:]
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, timeout=60, interval=0.1, what="orchard proxy")
+        yield Proxy(f"http://127.0.0.1:{port}", records)
+    finally:
+        process.terminate()
+        process.wait(20)

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pathlib
-import secrets
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import litellm
@@ -17,52 +12,11 @@ import openai
 import pytest
 
 from orchard.data.jsonl import JsonlWriter
-from orchard.env.local import free_port
 from orchard.rollout.proxy import read_session
 from tests.conftest import wait_until
+from tests.rollout.conftest import ADMIN
 
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
-ADMIN = "admin-" + secrets.token_hex(4)
-
-
-@dataclass
-class Proxy:
-    root: str
-    records: str
-
-    def open(self, **fields) -> dict:
-        body = {"task": "t", "harness": "h", "rollout_id": secrets.token_hex(3), **fields}
-        reply = httpx.post(f"{self.root}/sessions", json=body, headers={"Authorization": f"Bearer {ADMIN}"})
-        assert reply.status_code == 200, reply.text
-        return reply.json()
-
-    def close(self, session: dict) -> dict:
-        return httpx.post(f"{self.root}/sessions/{session['id']}/close",
-                          headers={"Authorization": f"Bearer {ADMIN}"}).json()
-
-
-@pytest.fixture(scope="module")
-def proxy(smollm2_server, tmp_path_factory) -> Iterator[Proxy]:
-    records = str(tmp_path_factory.mktemp("records"))
-    port, log_path = free_port(), str(tmp_path_factory.mktemp("proxy") / "proxy.log")
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "orchard.cli", "proxy", "--upstream", smollm2_server.url,
-                                    "--records", records, "--admin-key", ADMIN, "--port", str(port)],
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def healthy() -> bool:
-        assert process.poll() is None, pathlib.Path(log_path).read_text()[-2000:]
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(healthy, timeout=60, interval=0.1, what="orchard proxy")
-        yield Proxy(f"http://127.0.0.1:{port}", records)
-    finally:
-        process.terminate()
-        process.wait(20)
 
 
 def chat(url: str, key: str = "none", headers: dict | None = None, **fields) -> httpx.Response:
@@ -189,4 +143,4 @@ def test_a_torn_record_is_skipped_and_set_aside(tmp_path):
     with JsonlWriter(path) as writer:  # a writer reopening the file moves the fragment aside
         writer.write_record({"type": "closed"})
     assert read_session(path).status == "closed" and os.path.exists(path + ".torn")
-    assert pathlib.Path(path + ".torn").read_text().startswith('{"type": "call"')
+    assert Path(path + ".torn").read_text().startswith('{"type": "call"')
