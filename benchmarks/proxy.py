@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 from tqdm import tqdm
 
 from benchmarks.env import latency_stats, percentile
@@ -38,11 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 16
 
 
-def fake_upstream():  # -> FastAPI
+def fake_upstream() -> FastAPI:
     """An OpenAI-compatible server that answers every chat call at once with 16 fixed tokens."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import StreamingResponse
-
     app = FastAPI()
     ids, logprobs = list(range(100, 100 + TOKENS)), [-0.5] * TOKENS
 
