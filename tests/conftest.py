@@ -172,17 +172,15 @@ class ModelProcess:
     process: subprocess.Popen
 
 
-def start_model_server(model_path: str, log_path: str) -> Iterator[ModelProcess]:
-    """A real ``orchard serve`` of ``model_path`` (fp32) on a free loopback port, stopped afterwards."""
-    port = free_port()
+def cli_server(args: list[str], port: int, log_path: str, timeout: float = 120.0) -> Iterator[subprocess.Popen]:
+    """``orchard <args>`` as a process, yielded once its ``/health`` on ``port`` answers, then stopped."""
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "orchard.cli", "serve", "--model", model_path, "--port", str(port),
-             "--dtype", "float32"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen([sys.executable, "-m", "orchard.cli", *args], stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
 
     def healthy() -> bool:
         if process.poll() is not None:
-            raise AssertionError(f"orchard serve exited with {process.returncode}: "
+            raise AssertionError(f"orchard {args[0]} exited with {process.returncode}: "
                                  f"{Path(log_path).read_text()[-2000:]}")
         try:
             return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
@@ -190,11 +188,19 @@ def start_model_server(model_path: str, log_path: str) -> Iterator[ModelProcess]
             return False
 
     try:
-        wait_until(healthy, timeout=120, interval=0.2, what="orchard serve")
-        yield ModelProcess(f"http://127.0.0.1:{port}/v1", model_path, model_path, process)
+        wait_until(healthy, timeout=timeout, interval=0.1, what=f"orchard {args[0]}")
+        yield process
     finally:
         process.terminate()
         process.wait(20)
+
+
+def start_model_server(model_path: str, log_path: str) -> Iterator[ModelProcess]:
+    """A real ``orchard serve`` of ``model_path`` (fp32) on a free loopback port, stopped afterwards."""
+    port = free_port()
+    for process in cli_server(["serve", "--model", model_path, "--port", str(port), "--dtype", "float32"], port,
+                              log_path):
+        yield ModelProcess(f"http://127.0.0.1:{port}/v1", model_path, model_path, process)
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,8 @@ retry the same way:
   the status and the start of the body.
 
 The client has a sync face (:meth:`OpenAIClient.post`, used from worker threads) and an async one
-(:meth:`OpenAIClient.apost`, used on the event loop, and :meth:`OpenAIClient.astream` for
-server-sent events); each opens its httpx pool on first use.
+(:meth:`OpenAIClient.apost`, :meth:`~OpenAIClient.aget` and, for server-sent events,
+:meth:`~OpenAIClient.astream`, used on the event loop); each opens its httpx pool on first use.
 """
 
 from __future__ import annotations
@@ -113,12 +113,19 @@ class OpenAIClient:
 
     async def apost(self, path: str, body: dict[str, Any] | None) -> Any:
         """POST ``body`` and return the decoded reply, retrying as the policy says (async)."""
+        return await self._arequest("POST", path, body)
+
+    async def aget(self, path: str) -> Any:
+        """GET ``path`` (``/v1/models``) and return the decoded reply, retrying as the policy says."""
+        return await self._arequest("GET", path, None)
+
+    async def _arequest(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         if self._async is None:
             self._async = httpx.AsyncClient(timeout=self.timeout)
         attempt = 0
         while True:
             try:
-                response = await self._async.post(self.url(path), json=body, headers=self.headers)
+                response = await self._async.request(method, self.url(path), json=body, headers=self.headers)
             except httpx.TransportError as exc:
                 wait = self._retry_transport(path, exc, attempt)
             else:

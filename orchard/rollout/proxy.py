@@ -253,12 +253,11 @@ class RecordingProxy:
 
     async def upstream_model(self) -> str:
         if self.model is None:
-            import httpx
-
-            async with httpx.AsyncClient(timeout=30) as http:
-                reply = await http.get(self.client.url("/v1/models"), headers=self.client.headers)
-                reply.raise_for_status()
-                self.model = reply.json()["data"][0]["id"]
+            try:
+                self.model = (await self.client.aget("/v1/models"))["data"][0]["id"]
+            except (OpenAIError, KeyError, IndexError, TypeError) as exc:
+                raise ProxyError(f"the upstream names no model ({exc}); start the proxy with --model", 502,
+                                 "upstream_error") from None
         return self.model
 
     # ----------------------------------------------------------------- calls
@@ -393,23 +392,23 @@ def create_proxy_app(proxy: RecordingProxy) -> FastAPI:
     async def models_by_path(session_id: str, request: Request) -> dict:
         return await models(request, session_id)
 
-    @app.post("/v1/chat/completions")
-    async def chat_by_key(request: Request):
-        return await call(request, "/v1/chat/completions")
-
-    @app.post("/s/{session_id}/v1/chat/completions")
-    async def chat_by_path(session_id: str, request: Request):
-        return await call(request, "/v1/chat/completions", session_id)
-
-    @app.post("/v1/completions")
-    async def completions_by_key(request: Request):
-        return await call(request, "/v1/completions")
-
-    @app.post("/s/{session_id}/v1/completions")
-    async def completions_by_path(session_id: str, request: Request):
-        return await call(request, "/v1/completions", session_id)
+    for route in ("/v1/chat/completions", "/v1/completions"):  # each by the caller's key or header, and by path
+        app.add_api_route(route, _by_key(call, route), methods=["POST"])
+        app.add_api_route(f"/s/{{session_id}}{route}", _by_path(call, route), methods=["POST"])
 
     return app
+
+
+def _by_key(call, route: str):
+    async def endpoint(request: Request):
+        return await call(request, route)
+    return endpoint
+
+
+def _by_path(call, route: str):
+    async def endpoint(session_id: str, request: Request):
+        return await call(request, route, session_id)
+    return endpoint
 
 
 @dataclass

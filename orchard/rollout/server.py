@@ -69,6 +69,11 @@ class ModelServer:
             return make_chat_format("smollm2", self.tokenizer)
         raise APIError(f"no chat format for a {family!r} model with this tokenizer; use /v1/completions")
 
+    @property
+    def weight_version(self) -> int | None:
+        """The engine's version of its weights (``None`` for an engine that keeps none)."""
+        return getattr(self.engine, "weight_version", None)
+
     def reload_weights(self) -> None:
         version = self.engine.weight_version + 1
         self.engine.update_weights(ModelWeights.of(from_pretrained(self.path, **self.overrides), version))
@@ -224,7 +229,7 @@ def create_app(server: ModelServer) -> FastAPI:
         max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_CHAT_MAX_TOKENS
         sampling = server.sampling(request, max_tokens)
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        head = {"id": ident, "created": created, "model": server.name, "weight_version": server.engine.weight_version}
+        head = {"id": ident, "created": created, "model": server.name, "weight_version": server.weight_version}
         if request.stream:
             prompts = [prompt] * request.n
             return _stream_response(server, prompts, sampling, _chat_stream(server, request, prompts, sampling, head))
@@ -252,7 +257,7 @@ def create_app(server: ModelServer) -> FastAPI:
         sampling = server.sampling(request, request.max_tokens)
         rows = [p for p in prompts for _ in range(request.n)]
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": server.name,
-                "weight_version": server.engine.weight_version}
+                "weight_version": server.weight_version}
         if request.stream:
             return _stream_response(server, rows, sampling, _completion_stream(server, request, rows, sampling, head))
         results = await _generate(server, rows, sampling)

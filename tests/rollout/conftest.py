@@ -4,11 +4,8 @@
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,7 +16,7 @@ from orchard.env.local import free_port
 from orchard.models.config import ModelConfig
 from orchard.models.transformer import Transformer
 from orchard.models.weights import save_pretrained
-from tests.conftest import ModelProcess, start_model_server, wait_until
+from tests.conftest import ModelProcess, cli_server, start_model_server
 from tests.fixtures.chat.qwen3_tokenizer import qwen3_tokenizer_dir
 
 
@@ -70,21 +67,6 @@ def proxy(smollm2_server, tmp_path_factory) -> Iterator[Proxy]:
     """``orchard proxy`` in front of the session's SmolLM2 server."""
     records = str(tmp_path_factory.mktemp("records"))
     port, log_path = free_port(), str(tmp_path_factory.mktemp("proxy") / "proxy.log")
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "orchard.cli", "proxy", "--upstream", smollm2_server.url,
-                                    "--records", records, "--admin-key", ADMIN, "--port", str(port)],
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def healthy() -> bool:
-        assert process.poll() is None, Path(log_path).read_text()[-2000:]
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(healthy, timeout=60, interval=0.1, what="orchard proxy")
+    args = ["proxy", "--upstream", smollm2_server.url, "--records", records, "--admin-key", ADMIN, "--port", str(port)]
+    for _ in cli_server(args, port, log_path, timeout=60):
         yield Proxy(f"http://127.0.0.1:{port}", records)
-    finally:
-        process.terminate()
-        process.wait(20)
