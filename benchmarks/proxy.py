@@ -156,6 +156,7 @@ def run_proxy_bench(concurrency: tuple[int, ...] = (1, 16, 64), calls: int = 50,
                         stats[name] = {**latency_stats(samples), "p95_ms": percentile(samples, 95) * 1000,
                                        "n": len(samples)}
                     stats["added_ms"] = {q: stats["proxy"][q] - stats["direct"][q] for q in ("p50_ms", "p95_ms", "p99_ms")}
+                    stats["ratio_p50"] = stats["proxy"]["p50_ms"] / stats["direct"]["p50_ms"]
                     results[f"{sessions}_{'stream' if stream else 'plain'}"] = stats
                 for session in opened:
                     httpx.post(f"{proxy}/sessions/{session['id']}/close")

@@ -65,6 +65,14 @@ class CompletionRequest(_Request):
         return self.logprobs or 0
 
 
+class APIError(Exception):
+    """A request the server refuses: answered with :func:`error_body` and ``code``."""
+
+    def __init__(self, message: str, code: int = 400, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.code, self.kind = code, kind
+
+
 def error_body(message: str, kind: str = "invalid_request_error", code: int = 400,
                param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}

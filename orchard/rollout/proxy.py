@@ -49,6 +49,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from orchard.data.jsonl import JsonlWriter, ReadReport, read_jsonl
+from orchard.rollout.openai_api import APIError, error_body
 from orchard.rollout.openai_client import OpenAIClient, OpenAIError
 
 log = logging.getLogger(__name__)
@@ -98,16 +99,6 @@ class ProxyConfig:
     upstream_key: str = "EMPTY"
     admin_key: str | None = None  # required on the session routes when set
     model: str | None = None  # the upstream's model name; None: the first of its /v1/models
-
-
-class ProxyError(Exception):
-    def __init__(self, message: str, status: int, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.kind = status, kind
-
-
-def _error(message: str, status: int, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}}, status)
 
 
 @dataclass
@@ -170,6 +161,11 @@ def _logprobs(choice: dict[str, Any]) -> list[float]:
     if "content" in logprobs:  # chat
         return [entry["logprob"] for entry in logprobs["content"] or []]
     return list(logprobs.get("token_logprobs") or [])  # completions
+
+
+def _event(body: dict[str, Any]) -> bytes:
+    """One server-sent event."""
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
 def _strip(body: dict[str, Any], wants_ids: bool, wants_logprobs: bool) -> dict[str, Any]:
@@ -237,18 +233,18 @@ class RecordingProxy:
             by_key = self.by_key.get(key)
             session_id = by_key.id if by_key else request.headers.get(SESSION_HEADER)
         if not session_id:
-            raise ProxyError("no session: call /s/{session}/v1, or use the session's key or the X-Orchard-Session "
+            raise APIError("no session: call /s/{session}/v1, or use the session's key or the X-Orchard-Session "
                              "header", 404)
         session = self.sessions.get(session_id)
         if session is None:
-            raise ProxyError(f"unknown session {session_id!r}", 404)
+            raise APIError(f"unknown session {session_id!r}", 404)
         if session.status == "timed_out":
-            raise ProxyError(f"session {session_id} ran past its deadline", 504, "timeout")
+            raise APIError(f"session {session_id} ran past its deadline", 504, "timeout")
         if session.status != "open":
-            raise ProxyError(f"session {session_id} is {session.status}", 409)
+            raise APIError(f"session {session_id} is {session.status}", 409)
         if session.deadline is not None and time.monotonic() >= session.deadline:
             self.close(session, "timed_out")
-            raise ProxyError(f"session {session_id} ran past its deadline", 504, "timeout")
+            raise APIError(f"session {session_id} ran past its deadline", 504, "timeout")
         return session
 
     async def upstream_model(self) -> str:
@@ -256,7 +252,7 @@ class RecordingProxy:
             try:
                 self.model = (await self.client.aget("/v1/models"))["data"][0]["id"]
             except (OpenAIError, KeyError, IndexError, TypeError) as exc:
-                raise ProxyError(f"the upstream names no model ({exc}); start the proxy with --model", 502,
+                raise APIError(f"the upstream names no model ({exc}); start the proxy with --model", 502,
                                  "upstream_error") from None
         return self.model
 
@@ -282,10 +278,10 @@ class RecordingProxy:
         except TimeoutError:
             self._write(session, call.record(session, number, path, body, upstream, None, "deadline"))
             self.close(session, "timed_out")
-            raise ProxyError(f"session {session.id} ran past its deadline", 504, "timeout") from None
+            raise APIError(f"session {session.id} ran past its deadline", 504, "timeout") from None
         except OpenAIError as exc:
             self._write(session, call.record(session, number, path, body, upstream, None, "upstream_error", str(exc)))
-            raise ProxyError(f"upstream: {exc}", exc.status or 502, "upstream_error") from None
+            raise APIError(f"upstream: {exc}", exc.status or 502, "upstream_error") from None
         for choice in reply.get("choices") or []:
             call.add_choice(choice, reply, streamed=False)
         self._write(session, call.record(session, number, path, body, upstream, reply, "ok"))
@@ -299,17 +295,15 @@ class RecordingProxy:
                 async for chunk in self.client.astream(path, upstream):
                     for choice in chunk.get("choices") or []:
                         call.add_choice(choice, chunk, streamed=True)
-                    yield b"data: " + json.dumps(_strip(chunk, wants_ids, wants_logprobs)).encode() + b"\n\n"
+                    yield _event(_strip(chunk, wants_ids, wants_logprobs))
             yield b"data: [DONE]\n\n"
         except TimeoutError:
             status = "deadline"
             self.close(session, "timed_out")
-            yield b"data: " + json.dumps({"error": {"message": "the session ran past its deadline",
-                                                    "type": "timeout", "code": 504}}).encode() + b"\n\n"
+            yield _event(error_body("the session ran past its deadline", "timeout", 504))
         except OpenAIError as exc:
             status, error = "upstream_error", str(exc)
-            yield b"data: " + json.dumps({"error": {"message": f"upstream: {exc}", "type": "upstream_error",
-                                                    "code": exc.status or 502}}).encode() + b"\n\n"
+            yield _event(error_body(f"upstream: {exc}", "upstream_error", exc.status or 502))
         except (asyncio.CancelledError, GeneratorExit):
             status = "client_disconnected"
             raise
@@ -329,14 +323,14 @@ class RecordingProxy:
 def create_proxy_app(proxy: RecordingProxy) -> FastAPI:
     app = FastAPI(title="Orchard recording proxy")
 
-    @app.exception_handler(ProxyError)
-    async def _proxy_error(_: Request, exc: ProxyError) -> JSONResponse:
-        return _error(str(exc), exc.status, exc.kind)
+    @app.exception_handler(APIError)
+    async def _proxy_error(_: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(error_body(str(exc), exc.kind, exc.code), exc.code)
 
     def admin(request: Request) -> None:
         key = proxy.config.admin_key
         if key and request.headers.get("authorization", "") != f"Bearer {key}":
-            raise ProxyError("the session routes need the proxy's admin key", 401, "authentication_error")
+            raise APIError("the session routes need the proxy's admin key", 401, "authentication_error")
 
     @app.get("/health")
     async def health() -> dict:
@@ -357,7 +351,7 @@ def create_proxy_app(proxy: RecordingProxy) -> FastAPI:
     async def session_info(session_id: str, request: Request) -> dict:
         admin(request)
         if session_id not in proxy.sessions:
-            raise ProxyError(f"unknown session {session_id!r}", 404)
+            raise APIError(f"unknown session {session_id!r}", 404)
         return proxy.sessions[session_id].info(str(request.base_url).rstrip("/"))
 
     @app.post("/sessions/{session_id}/close")
@@ -365,7 +359,7 @@ def create_proxy_app(proxy: RecordingProxy) -> FastAPI:
         admin(request)
         session = proxy.sessions.get(session_id)
         if session is None:
-            raise ProxyError(f"unknown session {session_id!r}", 404)
+            raise APIError(f"unknown session {session_id!r}", 404)
         proxy.close(session)
         return session.info(str(request.base_url).rstrip("/"))
 
@@ -379,9 +373,9 @@ def create_proxy_app(proxy: RecordingProxy) -> FastAPI:
         try:
             body = await request.json()
         except ValueError:
-            raise ProxyError("the request body is not JSON", 400) from None
+            raise APIError("the request body is not JSON", 400) from None
         if not isinstance(body, dict):
-            raise ProxyError("the request body must be a JSON object", 400)
+            raise APIError("the request body must be a JSON object", 400)
         return await proxy.forward(session, path, body)
 
     @app.get("/v1/models")

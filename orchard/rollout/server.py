@@ -36,17 +36,11 @@ from orchard.data.tokenizer import Tokenizer
 from orchard.models import from_pretrained
 from orchard.models.weights import ModelWeights
 from orchard.rollout.jax_engine import JaxEngine
-from orchard.rollout.openai_api import ChatRequest, CompletionRequest, error_body
+from orchard.rollout.openai_api import APIError, ChatRequest, CompletionRequest, error_body
 from orchard.rollout.types import Alternatives, SamplingParams, StreamDelta
 
 log = logging.getLogger(__name__)
 DEFAULT_CHAT_MAX_TOKENS = 1024
-
-
-class APIError(Exception):
-    def __init__(self, message: str, code: int = 400, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.code, self.kind = code, kind
 
 
 class ModelServer:
