@@ -110,9 +110,7 @@ class Attention(nnx.Module):
         q, k = rotary(q, positions, cfg.rope_theta), rotary(k, positions, cfg.rope_theta)
         fresh = cache is not None and causal and isinstance(write_index, int) and write_index == 0
         if cache is not None:
-            start = (0, write_index, 0, 0)
-            cache = KVCache(jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start),
-                            jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start))
+            cache = KVCache(_write(cache.k, k, write_index), _write(cache.v, v, write_index))
             if fresh:  # a prefill into an empty cache: the keys are this pass's own, and causal
                 mask = mask[:, :, :t]
             else:
@@ -121,6 +119,15 @@ class Attention(nnx.Module):
         q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)  # [B, T, K, G, Dh]
         out = (attend_causal if causal and (cache is None or fresh) else attend)(q, k, v, mask)
         return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), cache
+
+
+def _write(cache: jax.Array, update: jax.Array, index: jax.Array | int) -> jax.Array:
+    """``update [B, T, K, Dh]`` written into ``cache [B, S, K, Dh]`` from slot ``index``: one slot for
+    every row, or with ``index`` of shape ``[B]`` each row's own (continuous batching)."""
+    update = update.astype(cache.dtype)
+    if jnp.ndim(index) == 1:
+        return jax.vmap(lambda row, new, at: jax.lax.dynamic_update_slice(row, new, (at, 0, 0)))(cache, update, index)
+    return jax.lax.dynamic_update_slice(cache, update, (0, index, 0, 0))
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -241,15 +248,20 @@ class Transformer(nnx.Module):
         return logits
 
     def forward(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array, caches: list[KVCache] | None = None,
-                write_index: jax.Array | int = 0, causal: bool = False) -> tuple[jax.Array, list[KVCache] | None]:
+                write_index: jax.Array | int = 0, causal: bool = False, logits_at: jax.Array | None = None
+                ) -> tuple[jax.Array, list[KVCache] | None]:
         """The general pass: explicit positions ``[B, T]`` and mask ``[B, T, S]``, optional KV caches.
-        ``causal``: the mask is causal over ``tokens`` themselves, so attention can skip the upper triangle."""
+        ``causal``: the mask is causal over ``tokens`` themselves, so attention can skip the upper triangle.
+        ``logits_at [B]``: return only the logits of that token of each row (``[B, 1, V]``), so a prefill
+        does not compute the vocabulary projection of every prompt token."""
         x = self.model.embed_tokens(tokens)  # [B, T, D]
         new_caches = [] if caches is not None else None
         for i, layer in enumerate(self.model.layers):
             x, cache = layer(x, positions, mask, None if caches is None else caches[i], write_index, causal)
             if new_caches is not None:
                 new_caches.append(cache)
+        if logits_at is not None:
+            x = jnp.take_along_axis(x, logits_at[:, None, None], axis=1)
         x = self.model.norm(x)
         if self.lm_head is None:
             logits = x @ self.model.embed_tokens.weight[...].astype(x.dtype).T

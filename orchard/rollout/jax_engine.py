@@ -15,7 +15,7 @@ with the whole budget decoded in one chunk, so a stop string there costs the tok
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from jax.sharding import Mesh
@@ -23,6 +23,7 @@ from jax.sharding import Mesh
 from orchard.data.tokenizer import Tokenizer
 from orchard.models import from_pretrained
 from orchard.models.transformer import Transformer
+from orchard.rollout.batching import ContinuousBatcher
 from orchard.rollout.sampler import Sampler, collect
 from orchard.rollout.types import Completion, SamplingParams, StreamDelta, Weights
 
@@ -50,11 +51,69 @@ def _held_back(text: str, stops: Sequence[str]) -> int:
     return hold
 
 
+class TextRows:
+    """Turns a request's token deltas into text deltas, applying its stop strings (see the module docstring)."""
+
+    def __init__(self, tokenizer: Tokenizer, rows: int, sampling: SamplingParams) -> None:
+        self.tokenizer, self.sampling = tokenizer, sampling
+        self.rows = [_Row() for _ in range(rows)]
+
+    @property
+    def finished(self) -> bool:
+        return all(row.finished for row in self.rows)
+
+    def feed(self, delta: StreamDelta) -> StreamDelta | None:
+        """The text delta for ``delta`` (``None`` for a row that already ended at a stop string)."""
+        row = self.rows[delta.row]
+        if row.finished:
+            return None
+        row.token_ids += delta.token_ids
+        row.logprobs += delta.logprobs
+        row.alternatives += delta.alternatives or []
+        return self._advance(delta, row)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _advance(self, delta: StreamDelta, row: _Row) -> StreamDelta:
+        stops, finish_reason = self.sampling.stop, delta.finish_reason
+        text = self._decode(row.token_ids)
+        found = [(at, at + len(stop)) for stop in stops
+                 if (at := text.find(stop, max(0, row.sent_text - len(stop)))) >= 0]
+        if found:
+            start, end = min(found)
+            # The fewest tokens whose text reaches the end of the stop string (prefix texts only grow).
+            low, high = row.sent_tokens + 1, len(row.token_ids)
+            while low < high:
+                middle = (low + high) // 2
+                if len(self._decode(row.token_ids[:middle])) >= end:
+                    high = middle
+                else:
+                    low = middle + 1
+            row.token_ids, row.logprobs, row.alternatives = row.token_ids[:low], row.logprobs[:low], row.alternatives[:low]
+            text, finish_reason = text[:start], "stop"
+        elif finish_reason is None:
+            text = text[: len(text) - _held_back(text, stops)]
+        row.finished = finish_reason is not None
+        out = StreamDelta(delta.row, row.token_ids[row.sent_tokens:], row.logprobs[row.sent_tokens:],
+                          finish_reason, text[row.sent_text:],
+                          row.alternatives[row.sent_tokens:] if self.sampling.top_logprobs else None,
+                          delta.weight_version)
+        row.sent_tokens, row.sent_text = len(row.token_ids), max(row.sent_text, len(text))
+        return out
+
+
 class JaxEngine:
-    def __init__(self, model: Transformer, tokenizer: Tokenizer | None = None) -> None:
+    """``max_batch_rows`` > 0: concurrent calls share decode steps in a
+    :class:`~orchard.rollout.batching.ContinuousBatcher` of that many rows (what ``orchard serve``
+    uses); 0: each call decodes its own batch (what the in-process RL loop uses)."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer | None = None, max_batch_rows: int = 0,
+                 chunk_steps: int = 2) -> None:
         self.sampler = Sampler(model)
         self.tokenizer = tokenizer
         self.weight_version = 0
+        self.batcher = ContinuousBatcher(self.sampler, max_batch_rows, chunk_steps) if max_batch_rows else None
 
     @classmethod
     def from_pretrained(cls, path: str, mesh: Mesh | None = None, tokenizer: Tokenizer | None = None,
@@ -64,62 +123,65 @@ class JaxEngine:
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
         version = self.weight_version
         completions = collect(self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens), len(prompts))
-        return [dataclasses.replace(c, weight_version=version) for c in completions]
+        return [c if c.weight_version is not None else dataclasses.replace(c, weight_version=version)
+                for c in completions]
 
     def stream(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
                chunk_tokens: int = 1) -> Iterator[StreamDelta]:
         """Each row's new tokens (and text, with a tokenizer) as they are decoded."""
-        if sampling.stop and self.tokenizer is None:
-            raise ValueError("stop strings need a tokenizer: JaxEngine(model, tokenizer=...)")
-        deltas = self.sampler.stream([list(p) for p in prompts], sampling, chunk_tokens)
+        self._check_stops(sampling)
+        prompts = [list(p) for p in prompts]
+        deltas = (self.batcher.stream(prompts, sampling) if self.batcher is not None
+                  else self.sampler.stream(prompts, sampling, chunk_tokens))
         if self.tokenizer is None:
             yield from deltas
             return
-        rows = [_Row() for _ in prompts]
+        text = TextRows(self.tokenizer, len(prompts), sampling)
         try:
             for delta in deltas:
-                row = rows[delta.row]
-                if row.finished:
-                    continue
-                row.token_ids += delta.token_ids
-                row.logprobs += delta.logprobs
-                row.alternatives += delta.alternatives or []
-                yield self._advance(delta.row, row, delta.finish_reason, sampling.stop, sampling.top_logprobs > 0)
-                if all(r.finished for r in rows):
+                if (out := text.feed(delta)) is not None:
+                    yield out
+                if text.finished:
                     return  # every row hit a stop string: stop decoding
         finally:
             deltas.close()
 
-    def _advance(self, index: int, row: _Row, finish_reason: str | None, stops: Sequence[str],
-                 alternatives: bool) -> StreamDelta:
-        def decode(ids: list[int]) -> str:
-            return self.tokenizer.decode(ids, skip_special_tokens=True)
+    async def astream(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> AsyncIterator[StreamDelta]:
+        """:meth:`stream` for the event loop, over the batcher (an engine built with ``max_batch_rows``)."""
+        if self.batcher is None:
+            raise RuntimeError("astream needs continuous batching: JaxEngine(..., max_batch_rows=N)")
+        self._check_stops(sampling)
+        prompts = [list(p) for p in prompts]
+        deltas = self.batcher.astream(prompts, sampling)
+        text = TextRows(self.tokenizer, len(prompts), sampling) if self.tokenizer is not None else None
+        try:
+            async for delta in deltas:
+                out = delta if text is None else text.feed(delta)
+                if out is not None:
+                    yield out
+                if text is not None and text.finished:
+                    return
+        finally:
+            await deltas.aclose()
 
-        text = decode(row.token_ids)
-        found = [(at, at + len(stop)) for stop in stops
-                 if (at := text.find(stop, max(0, row.sent_text - len(stop)))) >= 0]
-        if found:
-            start, end = min(found)
-            # The fewest tokens whose text reaches the end of the stop string (prefix texts only grow).
-            low, high = row.sent_tokens + 1, len(row.token_ids)
-            while low < high:
-                middle = (low + high) // 2
-                if len(decode(row.token_ids[:middle])) >= end:
-                    high = middle
-                else:
-                    low = middle + 1
-            row.token_ids, row.logprobs, row.alternatives = row.token_ids[:low], row.logprobs[:low], row.alternatives[:low]
-            text, finish_reason = text[:start], "stop"
-        elif finish_reason is None:
-            text = text[: len(text) - _held_back(text, stops)]
-        row.finished = finish_reason is not None
-        out = StreamDelta(index, row.token_ids[row.sent_tokens:], row.logprobs[row.sent_tokens:],
-                          finish_reason, text[row.sent_text:],
-                          row.alternatives[row.sent_tokens:] if alternatives else None)
-        row.sent_tokens, row.sent_text = len(row.token_ids), max(row.sent_text, len(text))
-        return out
+    async def agenerate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
+        """:meth:`generate` for the event loop (see :meth:`astream`)."""
+        return collect([delta async for delta in self.astream(prompts, sampling)], len(prompts))
+
+    def _check_stops(self, sampling: SamplingParams) -> None:
+        if sampling.stop and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer: JaxEngine(model, tokenizer=...)")
 
     def update_weights(self, weights: Weights) -> None:
-        """Serve ``weights.params`` from the next call on (same architecture; see ``Sampler.update``)."""
-        self.sampler.update(weights.params)
+        """Serve ``weights.params`` from the next call on (same architecture; see ``Sampler.update``).
+        With the batcher, this waits for the requests in flight to finish."""
+        if self.batcher is not None:
+            self.batcher.update(weights.params, weights.version)
+        else:
+            self.sampler.update(weights.params)
         self.weight_version = weights.version
+
+    def close(self) -> None:
+        """Stop the batcher's thread (requests still waiting get an error)."""
+        if self.batcher is not None:
+            self.batcher.close()

@@ -18,6 +18,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dtype", default=None, help="compute dtype, e.g. float32 (default: the model's policy)")
+    parser.add_argument("--max-batch-rows", type=int, default=32,
+                        help="sequences decoded together across concurrent requests (0: one request at a time)")
+    parser.add_argument("--chunk-steps", type=int, default=2,
+                        help="decode steps between the points where requests may join or leave the batch")
     parser.add_argument("--log-level", default="info")
     return parser
 
@@ -30,7 +34,7 @@ def serve(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {"dtype": args.dtype} if args.dtype else {}
     started = time.perf_counter()
-    server = ModelServer(args.model, args.name, **overrides)
+    server = ModelServer(args.model, args.name, args.max_batch_rows, args.chunk_steps, **overrides)
     log.info("loaded %s in %.1f s; serving it as %r on http://%s:%d/v1", args.model,
              time.perf_counter() - started, server.name, args.host, args.port)
     uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning", timeout_keep_alive=120)

@@ -17,7 +17,8 @@ new tokens between them. Prompt and output lengths are bucketed (four sizes per 
 compiled programs stays small under varied requests.
 
 Stop strings need a tokenizer, so engines apply them (:class:`~orchard.rollout.jax_engine.JaxEngine`).
-Not here yet: a token budget shared across requests (continuous batching).
+Requests that arrive at different times share decode steps in
+:class:`~orchard.rollout.batching.ContinuousBatcher`, over this sampler's model.
 """
 
 from __future__ import annotations
@@ -46,20 +47,28 @@ def _top_k_top_p(scaled: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.A
     return jnp.where(scaled >= threshold, scaled, -jnp.inf)
 
 
-def sample_logits(logits: jax.Array, key: jax.Array, temperature: jax.Array, top_k: jax.Array,
-                  top_p: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """One token per row of ``logits [B, V]`` and its logprob under the raw distribution.
+def sample_rows(logits: jax.Array, seeds: jax.Array, subrows: jax.Array, steps: jax.Array,
+                temperature: jax.Array, top_k: jax.Array, top_p: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """One token per row of ``logits [B, V]``, each row with its own parameters (arrays of ``[B]``), and
+    its logprob under the raw distribution.
 
-    The branches are ``lax.cond``s, so greedy decoding never pays for the vocabulary sort that
-    top-k/top-p need.
+    A row's randomness is keyed by (its request's seed, its index in the request, its step), so a
+    request samples the same tokens here and in the continuous batcher, whatever shares its batch.
+    Greedy rows take the argmax; the branches are ``lax.cond``s, so a greedy batch never pays for the
+    vocabulary sort that top-k/top-p need, nor for drawing.
     """
+    greedy = jnp.argmax(logits, axis=-1)
 
-    def sample(_) -> jax.Array:
-        scaled = logits / temperature
-        scaled = jax.lax.cond((top_k > 0) | (top_p < 1), _top_k_top_p, lambda s, *_: s, scaled, top_k, top_p)
-        return jax.random.categorical(key, scaled, axis=-1)
+    def draw(_) -> jax.Array:
+        scaled = logits / jnp.where(temperature > 0, temperature, 1.0)[:, None]
+        scaled = jax.lax.cond(jnp.any((top_k > 0) | (top_p < 1)), _top_k_top_p, lambda s, *_: s, scaled,
+                              top_k[:, None], top_p[:, None])
+        keys = jax.vmap(lambda seed, sub, step: jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), sub),
+                                                                    step))(seeds, subrows, steps)
+        return jax.vmap(jax.random.categorical)(keys, scaled)
 
-    token = jax.lax.cond(temperature == 0, lambda _: jnp.argmax(logits, axis=-1), sample, None)
+    token = jax.lax.cond(jnp.all(temperature == 0), lambda _: greedy, draw, None)
+    token = jnp.where(temperature == 0, greedy, token)
     logprobs = jax.nn.log_softmax(logits, axis=-1)
     return token, jnp.take_along_axis(logprobs, token[:, None], axis=-1)[:, 0]
 
@@ -100,7 +109,7 @@ def _prefill(graphdef, state, tokens, pad, *, max_new: int, top: int) -> DecodeS
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("decode",))
-def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, key, temperature, top_k, top_p,
+def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, seed, temperature, top_k, top_p,
             stop_ids) -> DecodeState:
     """Sample until step ``until`` or until every row is done, in one compiled loop."""
     model = nnx.merge(graphdef, state)
@@ -111,7 +120,9 @@ def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, key, t
 
     def body(carry: DecodeState) -> DecodeState:
         step, done = carry.step, carry.done
-        token, logprob = sample_logits(carry.last_logits, jax.random.fold_in(key, step), temperature, top_k, top_p)
+        rows = jnp.arange(done.shape[0])
+        token, logprob = sample_rows(carry.last_logits, jnp.full_like(rows, seed), rows, jnp.full_like(rows, step),
+                                     *(jnp.full(rows.shape, v) for v in (temperature, top_k, top_p)))
         top_ids, top_logprobs = carry.top_ids, carry.top_logprobs
         if top_ids.shape[-1]:  # static: only requests that ask for alternatives pay for them
             values, ids = jax.lax.top_k(jax.nn.log_softmax(carry.last_logits, axis=-1), top_ids.shape[-1])
@@ -149,8 +160,9 @@ def collect(deltas: Iterable[StreamDelta], rows: int) -> list[Completion]:
         finish = next((d.finish_reason for d in reversed(row) if d.finish_reason), "length")
         text = None if not row or row[0].text is None else "".join(d.text for d in row)
         alternatives = None if not row or row[0].alternatives is None else [a for d in row for a in d.alternatives]
+        version = next((d.weight_version for d in row if d.weight_version is not None), None)
         completions.append(Completion([t for d in row for t in d.token_ids], [lp for d in row for lp in d.logprobs],
-                                      finish, text, alternatives))
+                                      finish, text, alternatives, version))
     return completions
 
 
@@ -203,7 +215,7 @@ class Sampler:
             tokens[row, pad[row]:] = prompt
         pad = jnp.asarray(pad)
         stop_ids = jnp.asarray(params.stop_token_ids or (-1,), jnp.int32)
-        sampling = (jax.random.key(params.seed), jnp.float32(params.temperature), jnp.int32(params.top_k),
+        sampling = (jnp.int32(params.seed % 2**31), jnp.float32(params.temperature), jnp.int32(params.top_k),
                     jnp.float32(params.top_p), stop_ids)
         decode = _prefill(self.graphdef, self.state, jnp.asarray(tokens), pad, max_new=bucket(params.max_tokens),
                           top=params.top_logprobs)

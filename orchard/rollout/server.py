@@ -7,8 +7,10 @@ weight-reload hook that vLLM also serves in dev mode: ``POST /collective_rpc`` w
 ``{"method": "reload_weights"}`` re-reads the weights from the model directory, and
 ``POST /reset_prefix_cache`` (Orchard keeps no prefix cache, so there is nothing to drop).
 
-Requests run one at a time on the engine (each may hold ``n`` sequences in one batch); the engine
-runs in a worker thread so the event loop keeps answering. Streams are decoded token by token.
+Concurrent requests share decode steps: they join the engine's running batch at step boundaries
+and leave it when they finish (:mod:`orchard.rollout.batching`, ``--max-batch-rows``, 32 by default).
+With ``--max-batch-rows 0`` requests run one at a time on the engine (each may hold ``n`` sequences
+in one batch), in a worker thread so the event loop keeps answering.
 Errors use OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``. Every reply and
 chunk carries ``weight_version``, the engine's version of its weights (bumped by each reload), and
 with ``return_token_ids`` a stream's first chunk of each choice carries its ``prompt_token_ids``, as
@@ -46,10 +48,11 @@ DEFAULT_CHAT_MAX_TOKENS = 1024
 class ModelServer:
     """The served model: engine, tokenizer, chat format and the directory its weights come from."""
 
-    def __init__(self, path: str, name: str | None = None, **overrides) -> None:
+    def __init__(self, path: str, name: str | None = None, max_batch_rows: int = 32, chunk_steps: int = 2,
+                 **overrides) -> None:
         self.path, self.name, self.overrides = path, name or path, overrides
         self.tokenizer = Tokenizer.from_pretrained(path)
-        self.engine = JaxEngine(from_pretrained(path, **overrides), self.tokenizer)
+        self.engine = JaxEngine(from_pretrained(path, **overrides), self.tokenizer, max_batch_rows, chunk_steps)
         self.lock = asyncio.Lock()
         self.created = int(time.time())
         ends = [self.tokenizer.eos_id, self.tokenizer.backend.token_to_id("<|endoftext|>")]
@@ -62,6 +65,11 @@ class ModelServer:
         if self.tokenizer.backend.token_to_id("<|im_start|>") is not None:
             return make_chat_format("smollm2", self.tokenizer)
         raise APIError(f"no chat format for a {family!r} model with this tokenizer; use /v1/completions")
+
+    @property
+    def batching(self) -> bool:
+        """Whether requests share the engine's decode batch (else they take turns)."""
+        return getattr(self.engine, "batcher", None) is not None
 
     @property
     def weight_version(self) -> int | None:
@@ -184,7 +192,11 @@ def create_app(server: ModelServer) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok"}
+        if not server.batching:
+            return {"status": "ok"}
+        batcher = server.engine.batcher
+        return {"status": "ok", "batch": {**batcher.stats, "active_rows": batcher.active_rows,
+                                          "max_rows": batcher.max_rows}}
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -228,6 +240,7 @@ def create_app(server: ModelServer) -> FastAPI:
             prompts = [prompt] * request.n
             return _stream_response(server, prompts, sampling, _chat_stream(server, request, prompts, sampling, head))
         completions = await _generate(server, [prompt] * request.n, sampling)
+        head["weight_version"] = _sampled_version(completions, head["weight_version"])
         choices = []
         for index, completion in enumerate(completions):
             message, reason = _message(completion.text)
@@ -255,6 +268,7 @@ def create_app(server: ModelServer) -> FastAPI:
         if request.stream:
             return _stream_response(server, rows, sampling, _completion_stream(server, request, rows, sampling, head))
         results = await _generate(server, rows, sampling)
+        head["weight_version"] = _sampled_version(results, head["weight_version"])
         choices = []
         for index, (prompt, completion) in enumerate(zip(rows, results, strict=True)):
             choice = {"index": index, "text": completion.text, "finish_reason": completion.finish_reason,
@@ -284,8 +298,15 @@ def _prompt_ids(tokenizer: Tokenizer, prompt: str | list) -> list[list[int]]:
 
 async def _generate(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams):
     _check(server, prompts, sampling)
+    if server.batching:
+        return await server.engine.agenerate(prompts, sampling)
     async with server.lock:
         return await asyncio.to_thread(server.engine.generate, prompts, sampling)
+
+
+def _sampled_version(completions, default: int | None) -> int | None:
+    """The version of the weights that sampled the completions (a reload may land while a request waits)."""
+    return next((c.weight_version for c in completions if c.weight_version is not None), default)
 
 
 def _usage(prompt: list[int], completions) -> dict[str, int]:
@@ -314,11 +335,17 @@ def _stream_response(server: ModelServer, prompts: list[list[int]], sampling: Sa
 def _check(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams) -> None:
     try:
         server.engine.sampler.check(prompts, sampling)
+        if server.batching and len(prompts) > server.engine.batcher.max_rows:
+            raise ValueError(f"n ({len(prompts)}) exceeds the server's batch of {server.engine.batcher.max_rows} rows")
     except ValueError as exc:  # prompt too long for the context, and the like
         raise APIError(str(exc)) from exc
 
 
 async def _streamed(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams):
+    if server.batching:
+        async for delta in server.engine.astream(prompts, sampling):
+            yield delta
+        return
     async with server.lock:
         async for delta in _in_thread(server.engine.stream(prompts, sampling, chunk_tokens=1)):
             yield delta

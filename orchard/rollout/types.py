@@ -56,6 +56,7 @@ class StreamDelta:
     finish_reason: FinishReason | None  # set on the row's last delta
     text: str | None = None  # set by engines that have a tokenizer
     alternatives: Alternatives | None = None  # with SamplingParams.top_logprobs
+    weight_version: int | None = None  # the version of the weights that sampled it, when the engine knows
 
 
 class Weights(Protocol):

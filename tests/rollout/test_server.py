@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 
@@ -43,6 +44,26 @@ def test_completions_from_token_ids_match_hf_generate(client, smollm2_server, to
     assert choice.text == tokenizer.decode(expected["greedy_9"].tolist())
     assert len(choice.logprobs.token_logprobs) == 16 and all(lp <= 0 for lp in choice.logprobs.token_logprobs)
     assert choice.finish_reason == "length" and reply.usage.completion_tokens == 16
+
+
+def test_concurrent_requests_share_decode_steps_and_get_what_each_gets_alone(client, smollm2_server):
+    tokens = np.load(GOLDEN)["tokens"][0].tolist()
+    prompts = [tokens[:n] for n in (3, 6, 9, 12, 5, 8)]
+
+    def complete(prompt: list[int]) -> list[int]:
+        reply = client.completions.create(model=smollm2_server.name, prompt=prompt, max_tokens=10, temperature=0,
+                                          extra_body={"return_token_ids": True})
+        return reply.choices[0].model_extra["token_ids"]
+
+    alone = [complete(p) for p in prompts]
+    health = smollm2_server.url.removesuffix("/v1") + "/health"
+    before = httpx.get(health).json()["batch"]
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        together = list(pool.map(complete, prompts))
+    after = httpx.get(health).json()["batch"]
+    assert together == alone
+    assert after["row_steps"] - before["row_steps"] > after["steps"] - before["steps"]  # rows shared steps
+    assert after["active_rows"] == 0
 
 
 def test_chat_renders_with_the_chat_format_and_streams_the_same_text(client, smollm2_server, tokenizer):
@@ -149,7 +170,7 @@ def scripted(qwen3_dir, monkeypatch):
     from orchard.rollout.server import ModelServer, create_app
     from orchard.rollout.types import StreamDelta
 
-    server = ModelServer(qwen3_dir, name="scripted", dtype="float32")
+    server = ModelServer(qwen3_dir, name="scripted", max_batch_rows=0, dtype="float32")
     script = {"text": SCRIPTED_CALL}
 
     def stream(prompts, params, chunk_tokens=1):
