@@ -209,3 +209,32 @@ def smollm2_server(tmp_path_factory) -> Iterator[ModelProcess]:
     from orchard.models.shipped import smollm2_gguf
 
     yield from start_model_server(smollm2_gguf(), str(tmp_path_factory.mktemp("serve") / "smollm2.log"))
+ADMIN = "admin-" + secrets.token_hex(4)
+
+
+@dataclass
+class Proxy:
+    """A real ``orchard proxy`` process and its session routes."""
+
+    root: str
+    records: str
+
+    def open(self, **fields) -> dict:
+        body = {"task": "t", "harness": "h", "rollout_id": secrets.token_hex(3), **fields}
+        reply = httpx.post(f"{self.root}/sessions", json=body, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def close(self, session: dict) -> dict:
+        return httpx.post(f"{self.root}/sessions/{session['id']}/close",
+                          headers={"Authorization": f"Bearer {ADMIN}"}).json()
+
+
+@pytest.fixture(scope="session")
+def proxy(smollm2_server, tmp_path_factory) -> Iterator[Proxy]:
+    """``orchard proxy`` in front of the session's SmolLM2 server."""
+    records = str(tmp_path_factory.mktemp("records"))
+    port, log_path = free_port(), str(tmp_path_factory.mktemp("proxy") / "proxy.log")
+    args = ["proxy", "--upstream", smollm2_server.url, "--records", records, "--admin-key", ADMIN, "--port", str(port)]
+    for _ in cli_server(args, port, log_path, timeout=60):
+        yield Proxy(f"http://127.0.0.1:{port}", records)

@@ -582,6 +582,12 @@ class AsyncSandboxClient:
         if not api_key:
             raise AuthenticationError(f"no API key: pass api_key= or set ${API_KEY_ENV}", code="unauthorized")
         self._t = _Transport(base_url, api_key, timeout, max_retries)
+        self.api_key = api_key
+
+    @property
+    def base_url(self) -> str:
+        """The orchestrator's URL (with :attr:`api_key`, what a process beside a sandbox needs to reach it)."""
+        return self._t.base_url
 
     def create(self, *, wait: bool = True, heartbeat: bool = True, **spec: Any) -> _Creation:
         """Create a sandbox from :class:`orchard.env.api.SandboxSpec` fields (cpu, memory, ttl, ...)."""

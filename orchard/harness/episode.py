@@ -60,7 +60,7 @@ async def run_episode(client: AsyncSandboxClient, harness: Harness, policy: Poli
     creating the sandbox, setting it up and grading.
     """
     clock = time.monotonic()
-    box, ready = await _sandbox(client, task, setups)
+    box, ready = await episode_sandbox(client, task, setups)
     timing = {"create_s": time.monotonic() - clock}
     try:
         clock = time.monotonic()
@@ -70,45 +70,50 @@ async def run_episode(client: AsyncSandboxClient, harness: Harness, policy: Poli
         trajectory = await run_agent(harness, policy, box, task.prompt, limits=limits or task.family.limits,
                                      task_id=task.id, seed=seed, metadata=metadata)
         clock = time.monotonic()
-        if not trajectory.end_reason.graded:
-            outcome = Outcome(reward=None, resolved=False)
-        elif (settled := task.settled(trajectory)) is not None:
-            outcome = settled
-        elif task.family.pristine_grading:
-            await _delete(box)  # and every process the policy left running in it
-            box = None
-            outcome = await _grade_pristine(client, task, trajectory, setups)
-        else:
-            outcome = await task.grade(box, trajectory)
+        outcome, box = await grade_episode(client, task, trajectory, box, setups)
         timing["grade_s"] = time.monotonic() - clock
         trajectory.outcome = outcome.model_copy(update={"status": trajectory.outcome.status})
         trajectory.metadata["episode_timing"] = timing
         return trajectory
     finally:
         if box is not None:
-            await _delete(box)
+            await delete_sandbox(box)
 
 
-async def _sandbox(client: AsyncSandboxClient, task: Task, setups: SetupCache | None) -> tuple[AsyncSandbox, bool]:
+async def grade_episode(client: AsyncSandboxClient, task: Task, trajectory: Trajectory, box: AsyncSandbox,
+                        setups: SetupCache | None) -> tuple[Outcome, AsyncSandbox | None]:
+    """The outcome of a finished run, and the episode's sandbox if it still exists (a family with
+    ``pristine_grading`` has it deleted first, with every process the policy left running in it)."""
+    if trajectory.end_reason is None or not trajectory.end_reason.graded:
+        return Outcome(reward=None, resolved=False), box
+    if (settled := task.settled(trajectory)) is not None:
+        return settled, box
+    if task.family.pristine_grading:
+        await delete_sandbox(box)
+        return await grade_pristine(client, task, trajectory, setups), None
+    return await task.grade(box, trajectory), box
+
+
+async def episode_sandbox(client: AsyncSandboxClient, task: Task, setups: SetupCache | None) -> tuple[AsyncSandbox, bool]:
     """A sandbox for ``task`` and whether it is already set up (forked from its set-up snapshot)."""
     if setups is not None:
         return await setups.sandbox(task)
     return await client.create(**task.family.sandbox), False
 
 
-async def _grade_pristine(client: AsyncSandboxClient, task: Task, trajectory: Trajectory,
+async def grade_pristine(client: AsyncSandboxClient, task: Task, trajectory: Trajectory,
                           setups: SetupCache | None) -> Outcome:
     """``task.grade`` in a sandbox the policy never touched: a copy of the set-up, deleted afterwards."""
-    clean, ready = await _sandbox(client, task, setups)
+    clean, ready = await episode_sandbox(client, task, setups)
     try:
         if not ready:
             await task.setup(clean)
         return await task.grade(clean, trajectory)
     finally:
-        await _delete(clean)
+        await delete_sandbox(clean)
 
 
-async def _delete(box: AsyncSandbox) -> None:
+async def delete_sandbox(box: AsyncSandbox) -> None:
     task = asyncio.ensure_future(box.delete())
     _deleting.add(task)
     task.add_done_callback(_deleting.discard)
@@ -156,7 +161,7 @@ class SetupCache:
             log.info("the backend keeps no snapshots: every episode sets up its own sandbox")
             self.supported = False
         finally:
-            await _delete(template)
+            await delete_sandbox(template)
 
     async def close(self) -> None:
         for snapshot in self.snapshots.values():

@@ -112,7 +112,13 @@ def recorded_rows(calls: Sequence[Mapping[str, Any]], advantage: float | None, c
 
 def policy_rows(trajectory: Trajectory, advantage: float | None, chat_format: ChatFormat, rows_per: RowsPer,
                 view: ContextView | None = None) -> list[Row]:
-    """The rows of one rollout, in the shape ``rows_per`` names (see the module docstring)."""
+    """The rows of one rollout, in the shape ``rows_per`` names (see the module docstring). A rollout
+    recorded by the proxy (an external harness: ``metadata["proxy_records"]``) is its recorded calls'
+    rows, whatever ``rows_per`` says: its ids are the upstream's, never re-rendered."""
+    if (records := trajectory.metadata.get("proxy_records")) is not None:
+        from orchard.rollout.proxy import read_session
+
+        return recorded_rows(read_session(records).calls, advantage)
     if rows_per == "trajectory":
         if view is not None:
             raise ValueError("a context view shows each turn its own prompt: build rows per turn")

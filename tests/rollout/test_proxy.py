@@ -13,8 +13,7 @@ import pytest
 
 from orchard.data.jsonl import JsonlWriter
 from orchard.rollout.proxy import read_session
-from tests.conftest import wait_until
-from tests.rollout.conftest import ADMIN
+from tests.conftest import ADMIN, wait_until
 
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
 
