@@ -8,7 +8,9 @@ is ``observation_weight=0``, the default. A model trained from scratch may also 
 what it is shown, at a smaller weight: tool output is where it sees names copied and code
 written (a departure from the paper, for ``configs/swe_bar.py:tiny``). An action left out of the
 rise segments stays at 0 whatever the weight. Recorded token ids are used where a trajectory has
-them; other turns are rendered with the chat format.
+them; other turns are rendered with the chat format. A trajectory of a harness Orchard does not
+control, recorded by the proxy, is not rendered at all: its examples are its recorded calls' own
+ids (:func:`merge_recorded`).
 
 Turns a policy sampled are checked against the prompt they were sampled under (its length and
 digest are on the assistant message): :func:`render_sampled` checks that each sampled turn's prefix
@@ -129,6 +131,69 @@ def to_example(trajectory: Trajectory, chat_format: ChatFormat, observation_weig
     return Example(rendered.token_ids, weights)
 
 
+@dataclass(frozen=True)
+class RecordedTurn:
+    """One call a harness made, as the recording proxy kept it: the prompt ids the upstream rendered,
+    and the ids and logprobs it sampled."""
+
+    prompt: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass
+class MergedRow:
+    """Consecutive recorded turns in one sequence: per token, the turn that sampled it (-1: a prompt
+    or observation token) and its recorded logprob (0 for those)."""
+
+    token_ids: list[int]
+    turns: list[int]
+    logprobs: list[float]
+
+
+def merge_recorded(turns: Sequence[RecordedTurn]) -> list[MergedRow]:
+    """Rows of recorded turns: a turn whose prompt extends the current row's ids exactly (the prompt
+    and completion before it, then what the harness showed since) joins that row, its new prompt
+    tokens carrying no loss; any other turn starts a row. The ids are the upstream's: nothing is
+    re-tokenised."""
+    rows: list[MergedRow] = []
+    for index, turn in enumerate(turns):
+        prompt = list(turn.prompt)
+        row = rows[-1] if rows else None
+        if row is not None and prompt[:len(row.token_ids)] == row.token_ids:
+            prompt = prompt[len(row.token_ids):]
+        else:
+            row = MergedRow([], [], [])
+            rows.append(row)
+        row.token_ids += prompt + list(turn.token_ids)
+        row.turns += [-1] * len(prompt) + [index] * len(turn.token_ids)
+        row.logprobs += [0.0] * len(prompt) + list(turn.logprobs)
+    return rows
+
+
+def recorded_turns(trajectory: Trajectory) -> list[RecordedTurn] | None:
+    """The recorded turns of a trajectory a proxied harness ran (``metadata["recorded_prompt_ids"]``,
+    one prompt per assistant message), ``None`` for any other."""
+    prompts = trajectory.metadata.get("recorded_prompt_ids")
+    if prompts is None:
+        return None
+    sampled = [m for m in trajectory.messages if m.role == "assistant"]
+    if len(prompts) != len(sampled) or any(m.token_ids is None or m.logprobs is None for m in sampled):
+        raise ValueError(f"trajectory {trajectory.id}: its recorded prompts do not match its sampled turns")
+    return [RecordedTurn(p, m.token_ids, m.logprobs) for p, m in zip(prompts, sampled, strict=True)]
+
+
+def to_examples(trajectory: Trajectory, chat_format: ChatFormat, observation_weight: float = 0.0) -> list[Example]:
+    """:func:`to_example`, or for a recorded trajectory the examples of its merged rows: its own ids,
+    the trained actions weighted 1, the prompt and observation tokens ``observation_weight``."""
+    turns = recorded_turns(trajectory)
+    if turns is None:
+        return [to_example(trajectory, chat_format, observation_weight)]
+    keep = trained_actions(trajectory)
+    return [Example(row.token_ids, [observation_weight if turn < 0 else float(turn in keep) for turn in row.turns])
+            for row in merge_recorded(turns)]
+
+
 def write_examples(trajectories: Iterable[Trajectory], chat_format: ChatFormat, path: str,
                    observation_weight: float = 0.0) -> int:
     """Write the examples of ``trajectories`` as JSONL for :mod:`orchard.data.pipeline`; returns how
@@ -137,9 +202,9 @@ def write_examples(trajectories: Iterable[Trajectory], chat_format: ChatFormat, 
     written = 0
     with open(path + ".tmp", "w") as handle:
         for trajectory in trajectories:
-            example = to_example(trajectory, chat_format, observation_weight)
-            if any(example.loss_mask):
-                handle.write(json.dumps(example.to_record()) + "\n")
-                written += 1
+            for example in to_examples(trajectory, chat_format, observation_weight):
+                if any(example.loss_mask):
+                    handle.write(json.dumps(example.to_record()) + "\n")
+                    written += 1
     os.replace(path + ".tmp", path)
     return written

@@ -31,7 +31,14 @@ from typing import Any, Literal
 import numpy as np
 
 from orchard.data.chat import ChatFormat, Source
-from orchard.data.examples import ContextView, render_sampled, sampled_turns
+from orchard.data.examples import (
+    ContextView,
+    RecordedTurn,
+    merge_recorded,
+    recorded_turns,
+    render_sampled,
+    sampled_turns,
+)
 from orchard.data.pipeline import pack
 from orchard.data.trajectory import Trajectory
 
@@ -83,42 +90,32 @@ def recorded_rows(calls: Sequence[Mapping[str, Any]], advantage: float | None, c
     """Rows of one rollout recorded by the proxy (:mod:`orchard.rollout.proxy`), from its calls in order.
 
     Each call is its prompt ids (no loss) and its completion ids (loss; the recorded logprobs are the
-    old logprobs; the rollout's ``advantage`` on every token). A call whose prompt extends the
-    previous row's ids exactly (the prompt and completion before it, then the observation) joins
-    that row, its new prompt tokens carrying no loss; any other call starts a row. The ids are the
-    ones the upstream sampled: nothing is re-tokenised. A call the proxy marked unusable for RL (no
-    ids or logprobs came back, the client disconnected, the deadline passed) is an error.
+    old logprobs; the rollout's ``advantage`` on every token), merged as
+    :func:`~orchard.data.examples.merge_recorded` merges them. A call the proxy marked unusable for
+    RL (no ids or logprobs came back, the client disconnected, the deadline passed) is an error.
     """
-    rows: list[Row] = []
     for call in calls:
         if not call.get("usable_for_rl"):
             raise ValueError(f"call {call.get('call')} of session {call.get('session')} is not usable for RL "
                              f"(status {call.get('status')!r}): its rollout cannot be trained on")
-        prompt, completion = list(call["prompt_token_ids"][choice]), call["completions"][choice]
-        ids, logprobs = list(completion["token_ids"]), list(completion["logprobs"])
-        row = rows[-1] if rows else None
-        if row is not None and prompt[:len(row["token_ids"])] == row["token_ids"]:
-            prompt = prompt[len(row["token_ids"]):]  # the observation since the last call
-        else:
-            row = {"token_ids": [], "loss_mask": [], "old_logprobs": [], "advantages": []}
-            rows.append(row)
-        row["token_ids"] += prompt + ids
-        row["loss_mask"] += [False] * len(prompt) + [advantage is not None] * len(ids)
-        row["old_logprobs"] += [0.0] * len(prompt) + logprobs
-    for row in rows:
-        row["advantages"] = [0.0 if advantage is None else advantage] * len(row["token_ids"])
-    return rows
+    turns = [RecordedTurn(call["prompt_token_ids"][choice], call["completions"][choice]["token_ids"],
+                          call["completions"][choice]["logprobs"]) for call in calls]
+    return _grpo_rows(turns, advantage)
+
+
+def _grpo_rows(turns: Sequence[RecordedTurn], advantage: float | None) -> list[Row]:
+    return [{"token_ids": row.token_ids, "loss_mask": [advantage is not None and turn >= 0 for turn in row.turns],
+             "old_logprobs": row.logprobs, "advantages": [0.0 if advantage is None else advantage] * len(row.token_ids)}
+            for row in merge_recorded(turns)]
 
 
 def policy_rows(trajectory: Trajectory, advantage: float | None, chat_format: ChatFormat, rows_per: RowsPer,
                 view: ContextView | None = None) -> list[Row]:
     """The rows of one rollout, in the shape ``rows_per`` names (see the module docstring). A rollout
-    recorded by the proxy (an external harness: ``metadata["proxy_records"]``) is its recorded calls'
-    rows, whatever ``rows_per`` says: its ids are the upstream's, never re-rendered."""
-    if (records := trajectory.metadata.get("proxy_records")) is not None:
-        from orchard.rollout.proxy import read_session
-
-        return recorded_rows(read_session(records).calls, advantage)
+    recorded by the proxy (an external harness: ``metadata["recorded_prompt_ids"]``) is its recorded
+    calls' rows, whatever ``rows_per`` says: its ids are the upstream's, never re-rendered."""
+    if (turns := recorded_turns(trajectory)) is not None:
+        return _grpo_rows(turns, advantage)
     if rows_per == "trajectory":
         if view is not None:
             raise ValueError("a context view shows each turn its own prompt: build rows per turn")

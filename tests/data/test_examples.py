@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchard.data.chat import Qwen3Format
-from orchard.data.examples import to_example
+from orchard.data.examples import to_example, to_examples
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Message, Outcome, ToolCall, Trajectory
 from tests.fixtures.chat.qwen3_tokenizer import qwen3_tokenizer_dir
@@ -98,3 +98,21 @@ def test_observation_weight_weighs_what_the_model_is_shown_and_never_an_untaught
                             ).count("output 1") == 1
     with pytest.raises(ValueError, match="observation_weight"):
         to_example(trajectory, chat, observation_weight=1.5)
+
+
+def test_a_recorded_trajectory_trains_on_its_own_ids_never_rendered():
+    """A proxied harness's turns: the second call's prompt extends the first call's ids (one row), the
+    third starts afresh (its own row); an action outside the rise segments carries no loss."""
+    sampled = [Message(role="assistant", content="a", token_ids=[4, 5], logprobs=[-0.1, -0.2]),
+               Message(role="assistant", content="b", token_ids=[8], logprobs=[-0.3]),
+               Message(role="assistant", content="c", token_ids=[10, 11], logprobs=[-0.4, -0.5])]
+    trajectory = Trajectory(task_id="t", messages=[Message(role="user", content="go"), *sampled],
+                            outcome=Outcome(reward=-1.0, resolved=False), rise_segments=[(0, 0), (2, 2)],
+                            metadata={"recorded_prompt_ids": [[1, 2, 3], [1, 2, 3, 4, 5, 6, 7], [9]]})
+    first, second = to_examples(trajectory, chat_format=None, observation_weight=0.25)
+    assert first.token_ids == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert first.loss_mask == [0.25, 0.25, 0.25, 1.0, 1.0, 0.25, 0.25, 0.0]  # action 1 is outside the segments
+    assert second.token_ids == [9, 10, 11] and second.loss_mask == [0.25, 1.0, 1.0]
+    broken = trajectory.model_copy(update={"metadata": {"recorded_prompt_ids": [[1, 2, 3]]}})
+    with pytest.raises(ValueError, match="do not match its sampled turns"):
+        to_examples(broken, chat_format=None)

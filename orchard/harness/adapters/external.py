@@ -19,8 +19,10 @@ One episode:
    when the wall clock runs out or the caller is cancelled;
 4. the session is closed and read back, and the trajectory assembled from its calls
    (:func:`trajectory_from_calls`): every assistant message carries the ids and logprobs the
-   upstream sampled, and ``metadata["proxy_records"]`` names the session's records, from which
-   training builds its rows (:func:`orchard.train.rollouts.recorded_rows`);
+   upstream sampled, ``metadata["recorded_prompt_ids"]`` the prompt ids of each, from which SFT
+   and GRPO build their rows without rendering anything
+   (:func:`orchard.data.examples.merge_recorded`), and ``metadata["proxy_records"]`` names the
+   session's records;
 5. the submission is read from the sandbox by the harness's ``submission`` hook (SWE: the
    repository's diff), and the episode graded as every episode is
    (:func:`~orchard.harness.episode.grade_episode`).
@@ -98,6 +100,7 @@ def trajectory_from_calls(calls: Sequence[Mapping[str, Any]], *, task_id: str, h
     trajectory is one recorded completion, with its ids.
     """
     messages: list[Message] = []
+    prompts: list[list[int] | None] = []
     previous: list | None = None
     rewritten = 0
     for call in calls:
@@ -119,9 +122,13 @@ def trajectory_from_calls(calls: Sequence[Mapping[str, Any]], *, task_id: str, h
             prompt_tokens=len(prompt) if prompt is not None else None,
             prompt_digest=token_digest(prompt) if prompt is not None else None,
             weight_version=call.get("weight_version")))
+        prompts.append(prompt)
         previous = sent
-    return Trajectory(task_id=task_id, harness=harness, policy=policy, messages=messages,
-                      metadata={"history_rewritten": rewritten} if rewritten else {})
+    metadata: dict[str, Any] = {"history_rewritten": rewritten} if rewritten else {}
+    if prompts and all(p is not None for p in prompts) and all(m.token_ids is not None for m in messages
+                                                                  if m.role == "assistant"):
+        metadata["recorded_prompt_ids"] = prompts  # what training builds its rows from
+    return Trajectory(task_id=task_id, harness=harness, policy=policy, messages=messages, metadata=metadata)
 
 
 async def _run_process(argv: list[str], env: dict[str, str], log_path: str, wall_clock_s: float) -> int | None:

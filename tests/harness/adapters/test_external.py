@@ -19,7 +19,7 @@ from orchard.tasks.swe.diffs import unified_diff
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.task import SWETask
 from orchard.tasks.swe.workspace import REPO_DIR, submission_patch
-from orchard.train.rollouts import policy_rows
+from orchard.train.rollouts import policy_rows, recorded_rows
 from tests.conftest import ADMIN
 from tests.tasks.swe.calc import write_calc_repo
 
@@ -102,5 +102,6 @@ async def test_smolagents_runs_its_own_loop_through_the_proxy(aclient, proxy_cli
         assert call["completions"][0]["token_ids"] == direct["choices"][0]["token_ids"]
     sampled = [m for m in trajectory.messages if m.role == "assistant"]
     assert len(sampled) == len(record.calls) and all(m.token_ids for m in sampled)
-    rows = policy_rows(trajectory, advantage=0.5, chat_format=None, rows_per="turn")  # from the records, not re-rendered
+    rows = policy_rows(trajectory, advantage=0.5, chat_format=None, rows_per="turn")  # the recorded ids, not re-rendered
+    assert rows == recorded_rows(record.calls, 0.5)
     assert sum(sum(row["loss_mask"]) for row in rows) == sum(len(m.token_ids) for m in sampled)
