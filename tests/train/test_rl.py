@@ -361,3 +361,70 @@ def test_the_pass_rate_filter_keeps_prompts_in_its_window_and_a_resumed_run_keep
     assert none == tasks and len(again.asked) == len(tasks)
     off = PassFilterConfig(samples=0)  # no filter: every prompt, and no rollouts spent
     assert asyncio.run(rl_prompts(off, str(tmp_path / "off"), _PassRates({}), tasks)) == tasks
+
+
+HARNESS_SCRIPT = """
+import openai
+client = openai.OpenAI(max_retries=0)  # OPENAI_BASE_URL and OPENAI_API_KEY: the proxy session's
+messages = [{"role": "user", "content": "Say hi."}]
+reply = client.chat.completions.create(model="whatever", messages=messages, max_tokens=6, temperature=2.0)
+messages += [{"role": "assistant", "content": reply.choices[0].message.content}, {"role": "user", "content": "Again."}]
+client.chat.completions.create(model="whatever", messages=messages, max_tokens=6)
+"""
+
+
+@pytest.mark.slow
+def test_a_grpo_step_on_rollouts_recorded_through_the_proxy(orchestrator, smollm2_tokenizer, tmp_path):
+    """A harness Orchard does not run (a process of its own, the openai SDK) samples through the
+    recording proxy from ``orchard serve``; the step trains on the recorded ids and logprobs, so its
+    first update is at ratio one, and the server then serves the updated weights."""
+    import sys
+
+    from orchard.env.local import free_port
+    from orchard.harness.adapters.external import ExternalHarness, ExternalRunner
+    from orchard.harness.task import FunctionTask
+    from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
+    from orchard.rollout.proxy_client import ProxyClient
+    from tests.conftest import ADMIN, cli_server, start_model_server
+
+    config = RLConfig(prompts_per_step=1, **STEP)
+    _, state, learner = tiny_learner(smollm2_tokenizer, 2, config)
+    served = str(tmp_path / "policy")
+    save_pretrained(nnx.merge(learner.graphdef, state.params), served)
+    smollm2_tokenizer.save_pretrained(served)
+
+    async def grade(_, trajectory: Trajectory) -> Outcome:  # sample 0 wins: the group has variance
+        return Outcome(reward=1.0 if trajectory.metadata["sample"] == 0 else -1.0)
+
+    task = FunctionTask("hello", "Say hi.", grade_fn=grade)
+    harness = ExternalHarness("openai-sdk-script", [sys.executable, "-c", HARNESS_SCRIPT], wall_clock_s=120)
+    for server in start_model_server(served, str(tmp_path / "serve.log")):
+        port = free_port()
+        args = ["proxy", "--upstream", server.url, "--records", str(tmp_path / "records"), "--admin-key", ADMIN,
+                "--port", str(port)]
+        for _ in cli_server(args, port, str(tmp_path / "proxy.log"), timeout=60):
+            learner.engine = OpenAIEngine(server.url, server.name, weight_sync=ReloadFromDisk(served))
+
+            async def run(proxy_url: str):
+                async with orchestrator.async_client() as client:
+                    proxy = ProxyClient(proxy_url, ADMIN)
+                    workers = RolloutWorkers(ExternalRunner(client, harness, proxy, sampling={"temperature": 1.0}))
+                    try:
+                        return await rl_step(0, state, learner, workers, FixedGroup(2), [task])
+                    finally:
+                        await proxy.aclose()
+
+            new_state, step = asyncio.run(run(f"http://127.0.0.1:{port}"))
+            [group] = step.groups
+            rows = learner.rows(step.groups)
+            again = learner.engine.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0))
+    for rollout in group.group:
+        trajectory = rollout.trajectory
+        assert trajectory.harness == "openai-sdk-script" and trajectory.metadata["trainable"], trajectory.metadata
+        assert len(trajectory.metadata["recorded_prompt_ids"]) == 2  # both calls, with the prompts they were sampled under
+    trained = rows["loss_mask"] > 0
+    expected = -float(np.sum(rows["advantages"][trained])) / trained.sum()
+    assert step.metrics["loss"] == pytest.approx(expected, abs=1e-4)  # ratio one: the recorded logprobs are the learner's
+    assert step.metrics["trained_tokens"] == trained.sum() == sum(
+        len(m.token_ids) for r in group.group for m in r.trajectory.messages if m.role == "assistant")
+    assert again[0].weight_version == 1 == int(new_state.step)  # the server reloaded the update

@@ -73,7 +73,13 @@ class ExternalHarness:
     model: str = "orchard"  # the name it calls the model by (the proxy puts the upstream's in its place)
 
     def argv(self, values: Mapping[str, str]) -> list[str]:
-        return [part.format(**values) for part in self.command]
+        """The command with each ``{name}`` of ``values`` filled in (any other brace is left as it is)."""
+        argv = []
+        for part in self.command:
+            for name, value in values.items():
+                part = part.replace("{" + name + "}", value)
+            argv.append(part)
+        return argv
 
 
 def _text(content: Any) -> str:
