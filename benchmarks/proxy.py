@@ -10,8 +10,9 @@ upstream, then through the proxy, then straight again, and the latency of each f
 recorded. The added latency is the difference of the two paths' percentiles. Both paths share this
 machine's cores with the upstream and the load generator, as a trainer's would.
 
-LiteLLM's proxy was the other peer named; its server needs the ``litellm[proxy]`` extras (orjson,
-gunicorn, apscheduler and more) that Orchard does not install, so it is not measured here.
+LiteLLM's proxy was the other peer named. Its server is the ``litellm[proxy]`` extra, which for the
+litellm Orchard installs (1.110.2) requires ``litellm-proxy==1.110.2``, a package the registry here
+does not have, so it is not measured.
 """
 
 from __future__ import annotations

@@ -177,3 +177,31 @@ def plot_curves(result: RecipeResult, path: str) -> str:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def plot_matrix(summary: dict[str, Any], path: str, pass_: str = "greedy") -> str:
+    """The cross-harness resolve-rate matrix (:mod:`orchard.recipes.cross_harness`) of one pass as a
+    heat map, arms by rows and evaluation harnesses by columns; returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    matrix = summary["matrix"]
+    arms = list(matrix)
+    harnesses = list(dict.fromkeys(h for arm in arms for h in matrix[arm] if pass_ in matrix[arm][h]))
+    values = [[matrix[arm].get(h, {}).get(pass_, math.nan) for h in harnesses] for arm in arms]
+    fig, ax = plt.subplots(figsize=(1.6 * len(harnesses) + 2, 0.8 * len(arms) + 1.6))
+    image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis")
+    for i, row in enumerate(values):
+        for j, value in enumerate(row):
+            ax.text(j, i, "n/a" if math.isnan(value) else f"{value:.2f}", ha="center", va="center",
+                    color="white" if not math.isnan(value) and value < 0.6 else "black")
+    ax.set_xticks(range(len(harnesses)), [f"eval: {h}" for h in harnesses])
+    ax.set_yticks(range(len(arms)), [f"SFT: {a}" for a in arms])
+    ax.set_title(f"held-out resolve rate ({pass_})")
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -51,7 +51,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -64,8 +65,9 @@ from orchard.data.trajectory import Trajectory, read_trajectories, save_trajecto
 from orchard.env import AsyncSandboxClient, orchestrator
 from orchard.eval.metrics import paired_change
 from orchard.eval.runner import Evaluation, evaluate_policy
+from orchard.harness.adapters.external import ExternalHarness
 from orchard.harness.bash import BashHarness
-from orchard.harness.core import Limits
+from orchard.harness.core import Harness, Limits
 from orchard.harness.episode import SetupCache
 from orchard.models.build import ModelSpec, build_model
 from orchard.models.sharding import MeshConfig
@@ -207,15 +209,17 @@ def tasks_stage(config: SWEConfig, workdir: str, rerun: bool) -> tuple[TaskSplit
 
 
 async def teacher_stage(config: SWEConfig, workdir: str, client: AsyncSandboxClient, setups: SetupCache,
-                        split: TaskSplit, inputs: dict[str, str], rerun: bool) -> tuple[list[Trajectory], str]:
-    """Stage 2: ``teacher.samples`` graded teacher episodes of every SFT task."""
+                        split: TaskSplit, inputs: dict[str, str], rerun: bool,
+                        harnesses: Sequence[Harness] = (BashHarness(),)) -> tuple[list[Trajectory], str]:
+    """Stage 2: ``teacher.samples`` graded teacher episodes of every SFT task in each harness."""
+    names = [h.name for h in harnesses]
     stage = Stage(os.path.join(workdir, "teacher"), "teacher", config.teacher,
-                  {**inputs, "instances": _ids(split.sft)})
+                  {**inputs, "instances": _ids(split.sft), **({"harnesses": ",".join(names)} if names != ["bash"] else {})})
     path = os.path.join(stage.directory, "trajectories.jsonl")
     if stage.open(rerun) == "done":
         return list(read_trajectories(path)), stage.fingerprint
     teacher = config.teacher
-    report = await collect(client, swe_tasks(split.sft), [BashHarness()], teacher.teacher(), teacher.samples,
+    report = await collect(client, swe_tasks(split.sft), list(harnesses), teacher.teacher(), teacher.samples,
                            limits=Limits(max_steps=teacher.max_turns), concurrency=teacher.concurrency,
                            seed=config.seed, setups=setups)
     if report.errors:
@@ -263,25 +267,38 @@ def sft_stage(config: SWEConfig, workdir: str, trajectories: Sequence[Trajectory
 
 async def evaluation_stage(config: SWEConfig, workdir: str, client: AsyncSandboxClient, setups: SetupCache,
                            name: str, pass_: str, model: Transformer, tokenizer: Tokenizer, split: TaskSplit,
-                           inputs: dict[str, str], rerun: bool, held_out: str = "held_out") -> dict[str, float]:
+                           inputs: dict[str, str], rerun: bool, held_out: str = "held_out",
+                           harness: Harness | ExternalHarness | None = None,
+                           external: Callable[[float], AbstractAsyncContextManager[Any]] | None = None
+                           ) -> dict[str, float]:
     """Stage 5: the resolve rate of ``model`` over one held-out set of ``split`` (``held_out`` or
     ``held_out_helpers``, see :data:`HELD_OUT`), greedy (one episode a task at T = 0) or sampled
     (``eval.samples`` a task at the rollouts' temperature); the episodes are kept in the stage
-    folder. For ``held_out``, ``unseen_test_*`` are the same over the tasks :func:`unseen_tests` names."""
+    folder. For ``held_out``, ``unseen_test_*`` are the same over the tasks :func:`unseen_tests` names.
+
+    The episodes run in ``harness`` (default: the bash harness) with the in-process engine, or, for
+    an :class:`~orchard.harness.adapters.external.ExternalHarness`, in the runner ``external`` opens
+    for a temperature (its model served for the occasion: :mod:`orchard.recipes.cross_harness`)."""
     samples, temperature = (1, 0.0) if pass_ == "greedy" else (config.eval.samples, config.rl.rollout.temperature)
+    harness = harness or BashHarness()
     settings = {"pass": pass_, "samples": samples, "temperature": temperature, "rollout": config.rl.rollout,
-                "chat_format": config.chat_format, "seed": config.seed}
+                "chat_format": config.chat_format, "seed": config.seed,
+                **({"harness": harness.name} if harness.name != "bash" else {})}
     instances: list[SWEInstance] = getattr(split, held_out)
     stage = Stage(os.path.join(workdir, "eval", f"{name}_{pass_}{HELD_OUT[held_out]}"), "eval", settings,
                   {**inputs, "instances": _ids(instances)})
     result_path = os.path.join(stage.directory, "result.json")
     if stage.open(rerun) == "done":
         return read_json(result_path)
-    chat_format = make_chat_format(config.chat_format, tokenizer)
-    policy = make_policy(config.rl, JaxEngine(model, tokenizer), chat_format, temperature=temperature)
-    runner = config.rl.rollout.runner(client, BashHarness(), policy, setups)
-    evaluation = await evaluate_policy(runner, swe_tasks(instances), samples, seed=config.seed,
-                                       name=f"eval {name} {pass_}{HELD_OUT[held_out].replace('_', ' ')}")
+    label = f"eval {name} {pass_}{HELD_OUT[held_out].replace('_', ' ')}"
+    if external is not None:
+        async with external(temperature) as runner:
+            evaluation = await evaluate_policy(runner, swe_tasks(instances), samples, seed=config.seed, name=label)
+    else:
+        chat_format = make_chat_format(config.chat_format, tokenizer)
+        policy = make_policy(config.rl, JaxEngine(model, tokenizer), chat_format, temperature=temperature)
+        runner = config.rl.rollout.runner(client, harness, policy, setups)
+        evaluation = await evaluate_policy(runner, swe_tasks(instances), samples, seed=config.seed, name=label)
     result = evaluation.metrics()
     if held_out == "held_out":
         apart = [t.outcome.resolved for t in evaluation.trajectories if t.task_id in split.unseen]

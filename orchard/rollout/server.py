@@ -49,8 +49,9 @@ class ModelServer:
     """The served model: engine, tokenizer, chat format and the directory its weights come from."""
 
     def __init__(self, path: str, name: str | None = None, max_batch_rows: int = 32, chunk_steps: int = 2,
-                 **overrides) -> None:
+                 chat_format: str | None = None, **overrides) -> None:
         self.path, self.name, self.overrides = path, name or path, overrides
+        self.chat_format_name = chat_format  # None: chosen by the model family and tokenizer
         self.tokenizer = Tokenizer.from_pretrained(path)
         self.engine = JaxEngine(from_pretrained(path, **overrides), self.tokenizer, max_batch_rows, chunk_steps)
         self.lock = asyncio.Lock()
@@ -59,6 +60,8 @@ class ModelServer:
         self.end_ids = tuple(sorted({i for i in ends if i is not None}))
 
     def chat_format(self, thinking: bool) -> ChatFormat:
+        if self.chat_format_name:
+            return make_chat_format(self.chat_format_name, self.tokenizer)
         family = self.engine.sampler.cfg.model_type
         if family.startswith("qwen"):
             return make_chat_format("qwen3" if thinking else "qwen3_no_think", self.tokenizer)

@@ -1,0 +1,185 @@
+"""Cross-harness training at toy scale: does a policy trained in one harness still work in another?
+
+The paper (section 5.2) finds harness lock-in: a model trained and evaluated with mini-swe-agent
+resolves 57.9, and 19.0 when only the evaluation harness changes; training on both narrows it.
+This recipe reproduces the design on the main job's SWE tasks, one tokenizer for every arm:
+
+* **teacher**: the oracle teacher in harness A (the bash harness) and harness B (the CodeAct
+  harness) on every SFT task;
+* **arms**, credit-assignment SFT at an equal data budget (the same number of teacher trajectories,
+  the same steps): ``bash`` (A only), ``codeact`` (B only), ``both`` (A's trajectories of a seeded
+  half of the tasks, B's of the other half);
+* **evaluation** of every arm on the held-out tasks in A and B (greedy and sampled, the in-process
+  engine), and in C, a harness none was trained on: smolagents' ``CodeAgent``
+  (:mod:`orchard.harness.adapters.smolagents_agent`), a process of its own calling the arm's policy
+  through ``orchard serve`` and the recording proxy, both served from this process for the occasion.
+
+The workdir::
+
+    config.json, tasks/, teacher/, tokenizer/      as in the main job (orchard.recipes.swe)
+    arms/<arm>/sft_data, sft/                       each arm's examples and policy
+    arms/<arm>/eval/<harness>_<pass>/               its held-out episodes and result.json
+    summary.json                                    the matrix: arm -> harness -> pass -> resolve rate
+
+Departures, at this scale: C's prompts are long (smolagents' system prompt is about 5,600 tokens of
+the main job's BPE), so the policy's context is raised for every arm (``model.init``'s
+``max_position_embeddings``; RoPE has no learnt positions) though it trains on 1,024-token rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ml_collections import ConfigDict
+
+from orchard.config import from_config
+from orchard.data.trajectory import Trajectory
+from orchard.env import AsyncSandboxClient, orchestrator
+from orchard.harness.adapters.external import ExternalHarness, ExternalRunner
+from orchard.harness.adapters.smolagents_agent import smolagents_harness
+from orchard.harness.bash import BashHarness
+from orchard.harness.codeact import CodeActHarness
+from orchard.harness.episode import SetupCache
+from orchard.models.build import ModelSpec, build_model
+from orchard.recipes.swe import (
+    SWEConfig,
+    evaluation_stage,
+    sft_stage,
+    swe_config,
+    tasks_stage,
+    teacher_stage,
+    tokenizer_stage,
+)
+from orchard.rollout.local_serving import serve_app
+from orchard.rollout.proxy import ProxyConfig, RecordingProxy, create_proxy_app
+from orchard.rollout.proxy_client import ProxyClient
+from orchard.rollout.server import ModelServer, create_app
+from orchard.tasks.swe.workspace import REPO_DIR, submission_patch
+from orchard.workdir import write_json
+
+log = logging.getLogger(__name__)
+ARMS = {"bash": ("bash",), "codeact": ("codeact",), "both": ("bash", "codeact")}
+
+
+@dataclass(frozen=True)
+class CrossHarnessConfig:
+    arms: tuple[str, ...] = ("bash", "codeact", "both")
+    passes: tuple[str, ...] = ("greedy", "sampled")  # in harnesses A and B
+    third_party_passes: tuple[str, ...] = ("greedy",)  # in harness C
+    third_party_steps: int = 4  # smolagents' max_steps
+    third_party_concurrency: int = 4
+    third_party_wall_clock_s: float = 300.0
+
+
+def arm_trajectories(trajectories: Sequence[Trajectory], arm: str, seed: int) -> list[Trajectory]:
+    """An arm's share of the teacher trajectories: its harness's, or for ``both``, A's of a seeded
+    half of the tasks and B's of the other half, so every arm gets as many as one harness has."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}: one of {sorted(ARMS)}")
+    if arm != "both":
+        return [t for t in trajectories if t.harness == arm]
+    tasks = sorted({t.task_id for t in trajectories})
+    random.Random(seed).shuffle(tasks)
+    first = set(tasks[: len(tasks) // 2])
+    return [t for t in trajectories if (t.harness == "bash") == (t.task_id in first)]
+
+
+@contextlib.asynccontextmanager
+async def third_party_runner(settings: SWEConfig, cross: CrossHarnessConfig, model_dir: str, records: str,
+                             client: AsyncSandboxClient, setups: SetupCache, harness: ExternalHarness,
+                             temperature: float) -> AsyncIterator[ExternalRunner]:
+    """An :class:`ExternalRunner` of ``harness`` over the policy in ``model_dir``, which ``orchard
+    serve`` and the recording proxy serve from this process while the block runs."""
+    server = ModelServer(model_dir, name="policy", chat_format=settings.chat_format, dtype=settings.model.dtype)
+    try:
+        with serve_app(create_app(server)) as model_url, \
+                serve_app(create_proxy_app(RecordingProxy(ProxyConfig(model_url, records, model="policy")))) as url:
+            proxy = ProxyClient(url)
+            try:
+                yield ExternalRunner(client, harness, proxy, sampling={
+                    "temperature": temperature, "max_tokens": settings.rl.rollout.max_new_tokens},
+                    concurrency=cross.third_party_concurrency, setups=setups,
+                    episode_seconds=2 * cross.third_party_wall_clock_s)
+            finally:
+                await proxy.aclose()
+    finally:
+        server.engine.close()
+
+
+def matrix_summary(matrix: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[str, Any]:
+    """The resolve-rate matrix (arm -> harness -> pass -> rate) and, per pass, each single-harness
+    arm's drop from its own harness to the other one, as the paper's table reports it."""
+    drops: dict[str, dict[str, float]] = {}
+    for own, other in (("bash", "codeact"), ("codeact", "bash")):
+        for pass_ in matrix.get(own, {}).get(own, {}):
+            if other in matrix.get(own, {}) and pass_ in matrix[own][other]:
+                drops.setdefault(pass_, {})[own] = matrix[own][own][pass_] - matrix[own][other][pass_]
+    return {"matrix": matrix, "in_to_cross_harness_drop": drops}
+
+
+async def run_cross_harness(config: ConfigDict, workdir: str, *, rerun: bool = False) -> dict[str, Any]:
+    """The teacher in A and B, the three SFT arms, and every arm evaluated in A, B and C (see the module docstring)."""
+    settings = swe_config(config)
+    cross = from_config(CrossHarnessConfig, config.cross.to_dict(), "cross")
+    os.makedirs(workdir, exist_ok=True)
+    write_json(os.path.join(workdir, "config.json"), config)
+    split, tasks_made_by = tasks_stage(settings, workdir, rerun)
+    harnesses = {"bash": BashHarness(), "codeact": CodeActHarness()}
+    third_party = smolagents_harness(cross.third_party_steps, submission_patch, cross.third_party_wall_clock_s,
+                                     cwd=REPO_DIR)
+    matrix: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    with orchestrator(settings.env.url, settings.env.api_key) as endpoint:
+        client = endpoint.async_client()
+        setups = SetupCache(client)
+        try:
+            trajectories, teacher_made_by = await teacher_stage(settings, workdir, client, setups, split,
+                                                                {"tasks": tasks_made_by}, rerun,
+                                                                harnesses=list(harnesses.values()))
+            tokenizer, tokenizer_dir, tokenizer_made_by = tokenizer_stage(settings, workdir, trajectories,
+                                                                          teacher_made_by, rerun)
+            for arm in cross.arms:
+                arm_dir = os.path.join(workdir, "arms", arm)
+                share = arm_trajectories(trajectories, arm, settings.seed)
+                log.info("arm %s: SFT on %d teacher trajectories", arm, len(share))
+                model_dir, made_by = sft_stage(settings, arm_dir, share, tokenizer, tokenizer_dir,
+                                               {"teacher": teacher_made_by, "tokenizer": tokenizer_made_by,
+                                                "arm": arm}, rerun)
+                model = build_model(ModelSpec(path=model_dir, dtype=settings.model.dtype,
+                                              param_dtype=settings.model.param_dtype), settings.seed)
+                inputs = {"policy": made_by, "tasks": tasks_made_by}
+                results: dict[str, dict[str, dict[str, float]]] = {}
+                for name, harness in harnesses.items():
+                    results[name] = {pass_: await evaluation_stage(settings, arm_dir, client, setups, name, pass_,
+                                                                   model, tokenizer, split, inputs, rerun,
+                                                                   harness=harness)
+                                     for pass_ in cross.passes}
+
+                def external(temperature: float, model_dir: str = model_dir, arm_dir: str = arm_dir):
+                    records = os.path.join(arm_dir, "proxy_records")
+                    return third_party_runner(settings, cross, model_dir, records, client, setups, third_party,
+                                              temperature)
+
+                results[third_party.name] = {
+                    pass_: await evaluation_stage(settings, arm_dir, client, setups, third_party.name, pass_, model,
+                                                  tokenizer, split, inputs, rerun, harness=third_party,
+                                                  external=external)
+                    for pass_ in cross.third_party_passes}
+                matrix[arm] = {h: {p: r["resolve_rate"] for p, r in passes.items()} for h, passes in results.items()}
+        finally:
+            await setups.close()
+            await client.aclose()
+    summary = matrix_summary(matrix)
+    write_json(os.path.join(workdir, "summary.json"), summary)
+    return summary
+
+
+def run(config: ConfigDict, workdir: str, *, rerun: bool = False) -> dict[str, Any]:
+    """:func:`run_cross_harness` from synchronous code."""
+    return asyncio.run(run_cross_harness(config, workdir, rerun=rerun))
