@@ -21,7 +21,7 @@ from ml_collections import config_flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # configs/ imports
 from orchard.recipes.cross_harness import run
-from orchard.recipes.report import plot_matrix
+from orchard.recipes.report import matrix_passes, plot_matrix
 from orchard.workdir import StaleStage
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "swe_cross_harness.py")
@@ -38,7 +38,7 @@ def main(_: list[str]) -> None:
         summary = run(config, workdir, rerun=flags.FLAGS.rerun)
     except StaleStage as exc:
         sys.exit(f"error: {exc}")
-    plots = [plot_matrix(summary, os.path.join(workdir, f"matrix_{p}.png"), p) for p in ("greedy", "sampled")]
+    plots = [plot_matrix(summary, os.path.join(workdir, f"matrix_{p}.png"), p) for p in matrix_passes(summary)]
     print(json.dumps({"workdir": workdir, "plots": plots, **summary}, indent=2))
 
 

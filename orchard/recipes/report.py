@@ -179,6 +179,12 @@ def plot_curves(result: RecipeResult, path: str) -> str:
     return path
 
 
+def matrix_passes(summary: dict[str, Any]) -> list[str]:
+    """The passes (greedy, sampled) some cell of a cross-harness matrix has."""
+    cells = [cell for arm in summary["matrix"].values() for cell in arm.values()]
+    return [p for p in ("greedy", "sampled") if any(p in cell for cell in cells)]
+
+
 def plot_matrix(summary: dict[str, Any], path: str, pass_: str = "greedy") -> str:
     """The cross-harness resolve-rate matrix (:mod:`orchard.recipes.cross_harness`) of one pass as a
     heat map, arms by rows and evaluation harnesses by columns; returns ``path``."""
