@@ -27,6 +27,12 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # Harness C's prompt (smolagents' system prompt is ~5,600 tokens of the trained BPE) must fit the policy's
     # context; RoPE has no learnt positions, and training rows stay at sft.seq_len.
     config.model.init.max_position_embeddings = 8192
+    # Harness B's prompt holds its tools' schemas: a CodeAct teacher trajectory is ~2,800 tokens of the BPE where a
+    # bash one is ~940, so rows and the rollout context grow to hold it (at the main job's 1,024 every CodeAct row
+    # was cut before its first action: zero loss). The rows are three times longer, so one a step, not four.
+    config.sft.update({"seq_len": 3072, "batch_size": 1})
+    config.rl.rollout.max_context = 4096
+    config.rl.seq_len = 4160
     config.cross = ConfigDict({"arms": ("bash", "codeact", "both"), "passes": ("greedy", "sampled"),
                                "third_party_passes": ("greedy",), "third_party_steps": 4,
                                "third_party_concurrency": 4, "third_party_wall_clock_s": 300.0})
@@ -35,7 +41,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     elif variant == "small":
         config.tasks.count = 24
         config.teacher.update({"samples": 1, "variants": ("clean",)})
-        config.sft.update({"num_steps": 10, "eval_every": 10, "checkpoint_every": 10, "log_every": 5})
+        config.sft.update({"num_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2})
         config.rl.rollout.update({"max_turns": 2, "max_new_tokens": 32})
         config.cross.update({"passes": ("greedy",), "third_party_steps": 1, "third_party_wall_clock_s": 120.0})
     else:
