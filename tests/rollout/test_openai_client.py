@@ -120,3 +120,27 @@ def test_waits_are_full_jitter_or_what_the_server_asks():
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past
     with pytest.raises(ValueError, match="invalid retry policy"):
         RetryPolicy(max_retries=-1)
+
+
+def test_the_async_face_streams_long_events_and_survives_a_new_event_loop(scripted):
+    ids = list(range(60_000))  # one event of ~400 KB: a streamed chunk carrying a long prompt's ids
+    events = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in ({"ids": ids}, {"n": 2})) + b"data: [DONE]\n\n"
+    server = scripted((503, {}, b"busy"), (200, {"Content-Type": "text/event-stream"}, events), OK)
+    client = OpenAIClient(server.url, retry=FAST)
+
+    async def stream():
+        return [event async for event in client.astream("/v1/chat/completions", {"stream": True})]
+
+    assert asyncio.run(stream()) == [{"ids": ids}, {"n": 2}]
+    assert asyncio.run(client.apost("/v1/completions", {})) == {"ok": True}  # another loop: a pool of its own
+    asyncio.run(client.aclose())
+
+    async def refused():
+        client = OpenAIClient(f"http://127.0.0.1:{free_port()}/v1", retry=FAST)  # nothing listens there
+        try:
+            await client.apost("/v1/completions", {})
+        finally:
+            await client.aclose()
+
+    with pytest.raises(OpenAIError, match="failed after 4 attempts"):
+        asyncio.run(refused())
