@@ -285,7 +285,7 @@ class RecordingProxy:
         for choice in reply.get("choices") or []:
             call.add_choice(choice, reply, streamed=False)
         self._write(session, call.record(session, number, path, body, upstream, reply, "ok"))
-        return _strip(reply, wants_ids, wants_logprobs)
+        return Response(json.dumps(_strip(reply, wants_ids, wants_logprobs)).encode(), media_type="application/json")
 
     async def _stream(self, session: Session, number: int, path: str, body: dict, upstream: dict, call: _Call,
                       wants_ids: bool, wants_logprobs: bool, remaining: float | None) -> AsyncIterator[bytes]:
