@@ -10,6 +10,11 @@ upstream, then through the proxy, then straight again, and the latency of each f
 recorded. The added latency is the difference of the two paths' percentiles. Both paths share this
 machine's cores with the upstream and the load generator, as a trainer's would.
 
+The CPU time the proxy process spends per proxied call is reported beside it, with the fake
+upstream's (a FastAPI app that only answers: the floor of a Python ASGI server). The proxy is one
+event loop, so when ``n`` sessions call back to back a call waits for the others' share:
+the added p50 at ``n`` sessions is about ``n / 2`` times its CPU per call.
+
 LiteLLM's proxy was the other peer named. Its server is the ``litellm[proxy]`` extra, which for the
 litellm Orchard installs (1.110.2) requires ``litellm-proxy==1.110.2``, a package the registry here
 does not have, so it is not measured.
@@ -93,8 +98,8 @@ def _wait(url: str, process: subprocess.Popen, what: str) -> None:
 
 
 @contextlib.contextmanager
-def servers(records: str) -> Iterator[tuple[str, str]]:
-    """The fake upstream and ``orchard proxy`` in front of it, as processes; their root URLs."""
+def servers(records: str) -> Iterator[tuple[str, str, int, int]]:
+    """The fake upstream and ``orchard proxy`` in front of it, as processes: their root URLs and pids."""
     upstream_port, proxy_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     upstream = subprocess.Popen([sys.executable, "-c", f"from benchmarks.proxy import _serve_fake; _serve_fake({upstream_port})"],
@@ -105,11 +110,17 @@ def servers(records: str) -> Iterator[tuple[str, str]]:
     try:
         _wait(f"http://127.0.0.1:{upstream_port}/v1/models", upstream, "the fake upstream")
         _wait(f"http://127.0.0.1:{proxy_port}/health", proxy, "orchard proxy")
-        yield f"http://127.0.0.1:{upstream_port}", f"http://127.0.0.1:{proxy_port}"
+        yield f"http://127.0.0.1:{upstream_port}", f"http://127.0.0.1:{proxy_port}", upstream.pid, proxy.pid
     finally:
         for process in (proxy, upstream):
             process.terminate()
             process.wait(20)
+
+
+def _cpu_s(process) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 async def _call(http: httpx.AsyncClient, base: str, stream: bool) -> float:
@@ -141,8 +152,12 @@ async def _path(bases: list[str], calls: int, stream: bool, bar: tqdm) -> list[f
 def run_proxy_bench(concurrency: tuple[int, ...] = (1, 16, 64), calls: int = 50, progress: bool = True,
                     command: str | None = None) -> dict[str, Any]:
     """The summary: per concurrency and mode, p50/p95/p99 of both paths and what the proxy adds."""
+    import psutil
+
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="orchard-proxy-bench-") as records, servers(records) as (upstream, proxy):
+    with (tempfile.TemporaryDirectory(prefix="orchard-proxy-bench-") as records,
+          servers(records) as (upstream, proxy, upstream_pid, proxy_pid)):
+        cpu, upstream_cpu = psutil.Process(proxy_pid), psutil.Process(upstream_pid)
         total = sum(3 * c * calls for c in concurrency) * 2
         with tqdm(total=total, desc="proxy bench", unit="call", disable=not progress, file=sys.stderr) as bar:
             for sessions in concurrency:
@@ -150,7 +165,10 @@ def run_proxy_bench(concurrency: tuple[int, ...] = (1, 16, 64), calls: int = 50,
                           for i in range(sessions)]
                 for stream in (False, True):
                     direct = asyncio.run(_path([f"{upstream}/v1"] * sessions, calls, stream, bar))
+                    before = _cpu_s(cpu), _cpu_s(upstream_cpu)
                     proxied = asyncio.run(_path([s["base_url"] for s in opened], calls, stream, bar))
+                    per_call = 1000 / (len(proxied) + sessions)  # the warm-up calls count too
+                    cpu_ms = (_cpu_s(cpu) - before[0]) * per_call, (_cpu_s(upstream_cpu) - before[1]) * per_call
                     direct += asyncio.run(_path([f"{upstream}/v1"] * sessions, calls, stream, bar))
                     stats = {}
                     for name, samples in (("direct", direct), ("proxy", proxied)):
@@ -158,6 +176,7 @@ def run_proxy_bench(concurrency: tuple[int, ...] = (1, 16, 64), calls: int = 50,
                                        "n": len(samples)}
                     stats["added_ms"] = {q: stats["proxy"][q] - stats["direct"][q] for q in ("p50_ms", "p95_ms", "p99_ms")}
                     stats["ratio_p50"] = stats["proxy"]["p50_ms"] / stats["direct"]["p50_ms"]
+                    stats["proxy_cpu_ms_per_call"], stats["upstream_cpu_ms_per_call"] = cpu_ms
                     results[f"{sessions}_{'stream' if stream else 'plain'}"] = stats
                 for session in opened:
                     httpx.post(f"{proxy}/sessions/{session['id']}/close")
@@ -172,7 +191,8 @@ def render_proxy_bench(summary: dict[str, Any]) -> str:
         rows.append(f"| {sessions} | {mode} | {stats['direct']['p50_ms']:.2f} / {stats['direct']['p95_ms']:.2f} / "
                     f"{stats['direct']['p99_ms']:.2f} | {stats['proxy']['p50_ms']:.2f} / {stats['proxy']['p95_ms']:.2f} / "
                     f"{stats['proxy']['p99_ms']:.2f} | {stats['added_ms']['p50_ms']:+.2f} / "
-                    f"{stats['added_ms']['p99_ms']:+.2f} |")
+                    f"{stats['added_ms']['p99_ms']:+.2f} | {stats['proxy_cpu_ms_per_call']:.2f} / "
+                    f"{stats['upstream_cpu_ms_per_call']:.2f} |")
     return "\n".join([
         "### The recording proxy: added latency per call",
         "",
@@ -181,7 +201,7 @@ def render_proxy_bench(summary: dict[str, Any]) -> str:
         f"{summary['calls_per_session']} sequential calls per session, all sessions at once; direct calls "
         "before and after the proxied ones (`benchmarks/proxy.py`). Milliseconds, p50 / p95 / p99.",
         "",
-        "| sessions | mode | direct | through the proxy | added p50 / p99 |",
-        "|---:|---|---:|---:|---:|",
+        "| sessions | mode | direct | through the proxy | added p50 / p99 | CPU per call: proxy / upstream |",
+        "|---:|---|---:|---:|---:|---:|",
         *rows,
     ])
