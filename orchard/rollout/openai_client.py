@@ -115,7 +115,7 @@ class _AiohttpTransport:
         loop = asyncio.get_running_loop()
         if self.session is None or self.loop is not loop:  # a pool is bound to the loop that opened it
             if self.session is not None:
-                self.session.detach()  # its loop has ended: nothing to close on this one
+                self.session.detach()  # its loop is not this one: it cannot be closed from here
             self.session, self.loop = aiohttp.ClientSession(timeout=self.timeout), loop
         return self.session
 
@@ -132,7 +132,7 @@ class _AiohttpTransport:
         try:
             async with self._session().post(url, data=body, headers=headers) as response:
                 head = _Reply(response.status, response.headers, b"")
-                if response.status >= 400 or response.status in RETRY_STATUSES:
+                if response.status >= 400:  # an error or a retry: its body says why
                     head = _Reply(response.status, response.headers, await response.read())
                 yield head, _guard(response.content.iter_any())
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -187,12 +187,15 @@ async def _guard(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
     """The lines of a byte stream, however long (a streamed chunk may carry a whole prompt's ids)."""
-    pending = b""
+    pending = bytearray()
     async for chunk in chunks:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            yield line.rstrip(b"\r").decode()
+        *lines, rest = chunk.split(b"\n")
+        if lines:
+            lines[0] = bytes(pending) + lines[0]
+            pending = bytearray()
+            for line in lines:
+                yield line.rstrip(b"\r").decode()
+        pending += rest
     if pending:
         yield pending.decode()
 
@@ -210,6 +213,7 @@ class OpenAIClient:
                  retry: RetryPolicy | None = None, http_client: httpx.AsyncClient | None = None) -> None:
         self.root = base_url.rstrip("/").removesuffix("/v1")
         self.headers = {"Authorization": f"Bearer {api_key}"}
+        self._json_headers = {**self.headers, "Content-Type": "application/json"}  # the async face sends bytes
         self.timeout, self.retry = timeout, retry or RetryPolicy()
         self._sync: httpx.Client | None = None
         self._async = _AiohttpTransport(timeout) if http_client is None else _HttpxTransport(http_client)
@@ -242,15 +246,12 @@ class OpenAIClient:
         """GET ``path`` (``/v1/models``) and return the decoded reply, retrying as the policy says."""
         return await self._arequest("GET", path, None)
 
-    def _json_headers(self) -> dict[str, str]:
-        return {**self.headers, "Content-Type": "application/json"}
-
     async def _arequest(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         attempt = 0
         while True:
             try:
-                reply = await self._async.request(method, self.url(path), data, self._json_headers())
+                reply = await self._async.request(method, self.url(path), data, self._json_headers)
             except _TransportError as exc:
                 wait = self._retry_transport(path, exc, attempt)
             else:
@@ -269,7 +270,7 @@ class OpenAIClient:
         attempt, started = 0, False
         while True:
             try:
-                async with self._async.stream(self.url(path), data, self._json_headers()) as (head, chunks):
+                async with self._async.stream(self.url(path), data, self._json_headers) as (head, chunks):
                     if (wait := self._retry_status(path, head, attempt)) is None:
                         if head.is_error:
                             _decode(path, head)

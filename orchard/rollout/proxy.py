@@ -285,7 +285,7 @@ class RecordingProxy:
         for choice in reply.get("choices") or []:
             call.add_choice(choice, reply, streamed=False)
         self._write(session, call.record(session, number, path, body, upstream, reply, "ok"))
-        return Response(json.dumps(_strip(reply, wants_ids, wants_logprobs)).encode(), media_type="application/json")
+        return _strip(reply, wants_ids, wants_logprobs)
 
     async def _stream(self, session: Session, number: int, path: str, body: dict, upstream: dict, call: _Call,
                       wants_ids: bool, wants_logprobs: bool, remaining: float | None) -> AsyncIterator[bytes]:
@@ -376,7 +376,10 @@ def create_proxy_app(proxy: RecordingProxy) -> FastAPI:
             raise APIError("the request body is not JSON", 400) from None
         if not isinstance(body, dict):
             raise APIError("the request body must be a JSON object", 400)
-        return await proxy.forward(session, path, body)
+        reply = await proxy.forward(session, path, body)
+        if isinstance(reply, dict):  # serialised here: FastAPI's encoder would walk every token id
+            return Response(json.dumps(reply).encode(), media_type="application/json")
+        return reply
 
     @app.get("/v1/models")
     async def models_by_key(request: Request) -> dict:

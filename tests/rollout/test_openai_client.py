@@ -10,6 +10,7 @@ import random
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from orchard.env.local import free_port
@@ -125,15 +126,22 @@ def test_waits_are_full_jitter_or_what_the_server_asks():
 def test_the_async_face_streams_long_events_and_survives_a_new_event_loop(scripted):
     ids = list(range(60_000))  # one event of ~400 KB: a streamed chunk carrying a long prompt's ids
     events = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in ({"ids": ids}, {"n": 2})) + b"data: [DONE]\n\n"
-    server = scripted((503, {}, b"busy"), (200, {"Content-Type": "text/event-stream"}, events), OK)
+    stream_reply = (200, {"Content-Type": "text/event-stream"}, events)
+    server = scripted((503, {}, b"busy"), stream_reply, OK, stream_reply)
     client = OpenAIClient(server.url, retry=FAST)
 
-    async def stream():
+    async def stream(client):
         return [event async for event in client.astream("/v1/chat/completions", {"stream": True})]
 
-    assert asyncio.run(stream()) == [{"ids": ids}, {"n": 2}]
+    assert asyncio.run(stream(client)) == [{"ids": ids}, {"n": 2}]
     assert asyncio.run(client.apost("/v1/completions", {})) == {"ok": True}  # another loop: a pool of its own
     asyncio.run(client.aclose())
+
+    async def through_httpx():  # an injected client streams the same
+        async with httpx.AsyncClient() as http:
+            return await stream(OpenAIClient(server.url, retry=FAST, http_client=http))
+
+    assert asyncio.run(through_httpx()) == [{"ids": ids}, {"n": 2}]
 
     async def refused():
         client = OpenAIClient(f"http://127.0.0.1:{free_port()}/v1", retry=FAST)  # nothing listens there
