@@ -64,8 +64,10 @@ test: test-deps $(TEST_STAMP)
 	$(PY) tests/fixtures/chat/qwen3_tokenizer.py
 	ORCHARD_NOTEBOOK_SMALL=1 $(PY) -m pytest $(PYTEST_ARGS) tests notebooks --nbmake
 
-# google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own.
+# google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own; so does
+# LiteLLM's proxy (its extra pins other FastAPI and uvicorn, and from 1.85 needs a package the registry lacks).
 TUNIX_VENV := .venv-bench-tunix
+LITELLM_VENV := .venv-bench-litellm
 
 bench: test-deps $(TEST_STAMP)
 	$(PIP) -e ".[bench]"
@@ -74,6 +76,9 @@ bench: test-deps $(TEST_STAMP)
 	test -x $(TUNIX_VENV)/bin/python || python3 -m venv $(TUNIX_VENV)
 	$(TUNIX_VENV)/bin/python -m pip install -q -e ".[train,env]" google-tunix
 	$(TUNIX_VENV)/bin/python experiments/sft_bench/run.py --markdown docs/benchmarks.md
+	test -x $(LITELLM_VENV)/bin/litellm || (python3 -m venv $(LITELLM_VENV) && \
+	  $(LITELLM_VENV)/bin/python -m pip install -q "litellm[proxy]==1.84.0")
+	$(PY) experiments/proxy_bench/run.py --markdown docs/benchmarks.md --litellm $(LITELLM_VENV)/bin/litellm
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
