@@ -23,7 +23,9 @@ source of on-policy data by pointing its OpenAI base URL at a session of this pr
    a ``session`` line, then one ``call`` line per call (the request as the client sent it and as
    it went upstream, the response, prompt and completion token ids, logprobs, finish reasons,
    latency, time to first token, the upstream's ``weight_version``, a status), and a ``closed``
-   or ``timed_out`` line. :func:`read_session` reads one back.
+   or ``timed_out`` line. :func:`~orchard.rollout.proxy_records.read_session` reads one back, and
+   ``GET /sessions/{id}/records`` serves it to a trainer on another machine (also for a session
+   of an earlier run of the proxy over the same records directory).
 6. **The deadline** (the paper's wall clock for Claw) is enforced: a call after it, or one that
    runs past it, gets a 504, and the session is marked ``timed_out``: its rollout is excluded
    from training.
@@ -38,6 +40,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -48,15 +51,16 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from orchard.data.jsonl import JsonlWriter, ReadReport, read_jsonl
+from orchard.data.jsonl import JsonlWriter
 from orchard.rollout.openai_api import APIError, error_body
 from orchard.rollout.openai_client import OpenAIClient, OpenAIError
+from orchard.rollout.proxy_records import Status, read_session
 
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-orchard-session"
+SESSION_ID = re.compile(r"[0-9a-f]{16}")  # secrets.token_hex(8): also the records' file name
 SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens")
-Status = Literal["open", "closed", "timed_out"]
 
 
 class SessionSampling(BaseModel):
@@ -354,6 +358,15 @@ def create_proxy_app(proxy: RecordingProxy) -> FastAPI:
             raise APIError(f"unknown session {session_id!r}", 404)
         return proxy.sessions[session_id].info(str(request.base_url).rstrip("/"))
 
+    @app.get("/sessions/{session_id}/records")
+    async def session_records(session_id: str, request: Request) -> Response:
+        admin(request)
+        path = os.path.join(proxy.config.records_dir, f"{session_id}.jsonl")
+        if not SESSION_ID.fullmatch(session_id) or not os.path.exists(path):
+            raise APIError(f"unknown session {session_id!r}", 404)
+        record = await asyncio.to_thread(read_session, path)
+        return Response(json.dumps(record.to_json()).encode(), media_type="application/json")
+
     @app.post("/sessions/{session_id}/close")
     async def close_session(session_id: str, request: Request) -> dict:
         admin(request)
@@ -406,37 +419,3 @@ def _by_path(call, route: str):
     async def endpoint(session_id: str, request: Request):
         return await call(request, route, session_id)
     return endpoint
-
-
-@dataclass
-class SessionRecord:
-    """A session's records as read back: its opening line, its calls, how it ended."""
-
-    session: dict[str, Any]
-    calls: list[dict[str, Any]]
-    status: Status
-    report: ReadReport
-
-    @property
-    def trainable(self) -> bool:
-        """Whether its rollout may be trained on: it ended in time and every call has its ids."""
-        return self.status != "timed_out" and all(c["usable_for_rl"] for c in self.calls)
-
-
-def read_session(path: str) -> SessionRecord:
-    """A session's JSONL records (a torn last line, from a proxy killed mid-write, is skipped)."""
-    report = ReadReport()
-    session: dict[str, Any] = {}
-    calls: list[dict[str, Any]] = []
-    status: Status = "open"
-    for _, record in read_jsonl(path, report):
-        kind = record.get("type")
-        if kind == "session":
-            session = record
-        elif kind == "call":
-            calls.append(record)
-        elif kind in ("closed", "timed_out"):
-            status = kind
-    if any(c["status"] == "deadline" for c in calls):
-        status = "timed_out"
-    return SessionRecord(session, calls, status, report)

@@ -7,7 +7,7 @@
                                sampling={"temperature": 1.0, "seed": 3})
     ...  # the harness calls session["base_url"] with session["api_key"]
     await proxy.close(session["id"])
-    record = read_session(session["records"])   # the proxy's records directory, on this machine
+    record = await proxy.records(session["id"])  # its calls, from the proxy's machine (a SessionRecord)
 
 No FastAPI and no JAX: harness adapters import it.
 """
@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchard.rollout.openai_client import OpenAIClient
+from orchard.rollout.proxy_records import SessionRecord
 
 
 class ProxyClient:
@@ -39,6 +40,10 @@ class ProxyClient:
 
     async def info(self, session_id: str) -> dict[str, Any]:
         return await self.http.aget(f"/sessions/{session_id}")
+
+    async def records(self, session_id: str) -> SessionRecord:
+        """The session's records as the proxy has them (read on its machine; a torn last line skipped)."""
+        return SessionRecord.from_json(await self.http.aget(f"/sessions/{session_id}/records"))
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -12,7 +12,8 @@ import openai
 import pytest
 
 from orchard.data.jsonl import JsonlWriter
-from orchard.rollout.proxy import read_session
+from orchard.rollout.proxy_client import ProxyClient
+from orchard.rollout.proxy_records import read_session
 from tests.conftest import ADMIN, wait_until
 
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
@@ -143,3 +144,29 @@ def test_a_torn_record_is_skipped_and_set_aside(tmp_path):
         writer.write_record({"type": "closed"})
     assert read_session(path).status == "closed" and os.path.exists(path + ".torn")
     assert Path(path + ".torn").read_text().startswith('{"type": "call"')
+
+
+def test_records_are_served_to_a_trainer_on_another_machine(proxy):
+    session = proxy.open(sampling={"temperature": 0, "max_tokens": 2})
+    assert chat(session["base_url"]).status_code == 200
+    proxy.close(session)
+    earlier = Path(proxy.records, "0123456789abcdef.jsonl")  # a session of an earlier run of the proxy
+    earlier.write_text('{"type":"session","id":"0123456789abcdef"}\n{"type":"call","usable_for_rl":true,'
+                       '"status":"ok"}\n{"type":"ca')  # ... killed mid-write
+
+    async def fetch(session_id: str, key: str = ADMIN):
+        client = ProxyClient(proxy.root, key)
+        try:
+            return await client.records(session_id)
+        finally:
+            await client.aclose()
+
+    served = asyncio.run(fetch(session["id"]))
+    local = read_session(session["records"])
+    assert served.calls == local.calls and served.status == "closed" and served.trainable
+    old = asyncio.run(fetch("0123456789abcdef"))
+    assert len(old.calls) == 1 and old.report.torn_line == 3 and old.status == "open"
+    for bad in ("nosuchsession", "..%2F..%2Fetc%2Fpasswd", "0123456789ABCDEF"):
+        answer = httpx.get(f"{proxy.root}/sessions/{bad}/records", headers={"Authorization": f"Bearer {ADMIN}"})
+        assert answer.status_code == 404, bad
+    assert httpx.get(f"{proxy.root}/sessions/{session['id']}/records").status_code == 401  # no admin key

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from orchard.harness.adapters.mini_swe_agent import load_config
-from orchard.rollout.proxy import read_session
+from orchard.rollout.proxy_records import read_session
 from orchard.tasks.swe.diffs import unified_diff
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.mini_swe_agent import run_swe_instance

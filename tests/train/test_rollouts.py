@@ -160,7 +160,8 @@ def test_recorded_calls_merge_while_each_prompt_extends_the_last_row():
 async def test_the_learner_recomputes_the_logprobs_the_proxy_recorded(smollm2_server, tmp_path):
     from orchard.models.shipped import smollm2_gguf
     from orchard.models.weights import from_pretrained
-    from orchard.rollout.proxy import ProxyConfig, RecordingProxy, SessionRequest, read_session
+    from orchard.rollout.proxy import ProxyConfig, RecordingProxy, SessionRequest
+    from orchard.rollout.proxy_records import read_session
     from orchard.train.state import target_logprobs
 
     proxy = RecordingProxy(ProxyConfig(smollm2_server.url, str(tmp_path)))

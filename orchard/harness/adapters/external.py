@@ -33,7 +33,7 @@ deadline, is ``time_limit`` (not graded, reward ``None``); any other exit status
 A graded episode whose calls are not all usable for RL (ids missing, a call cut off) keeps its
 ``resolved`` for evaluation and gets reward ``None``: training drops it.
 
-The proxy's records are read from its records directory, so the proxy runs on this machine.
+The session's records come from the proxy over HTTP, so the proxy may run on another machine.
 """
 
 from __future__ import annotations
@@ -165,8 +165,6 @@ async def run_external_episode(client: AsyncSandboxClient, harness: ExternalHarn
                                metadata: Mapping[str, Any] | None = None, setups: SetupCache | None = None
                                ) -> Trajectory:
     """One graded episode of ``task`` run by ``harness`` through ``proxy`` (see the module docstring)."""
-    from orchard.rollout.proxy import read_session  # the proxy's reader (FastAPI comes with it)
-
     box, ready = await episode_sandbox(client, task, setups)
     timing: dict[str, float] = {}
     try:
@@ -195,7 +193,7 @@ async def run_external_episode(client: AsyncSandboxClient, harness: ExternalHarn
                 await proxy.close(session["id"])
             timing["harness_s"] = time.monotonic() - clock
             output = _tail(os.path.join(scratch, "harness.log"))
-        record = read_session(session["records"])
+        record = await proxy.records(session["id"])
         trajectory = trajectory_from_calls(record.calls, task_id=task.id, harness=harness.name, policy=policy)
         if status is None or record.status == "timed_out":
             reason = EndReason.TIME_LIMIT

@@ -13,8 +13,8 @@ from orchard.data.trajectory import EndReason
 from orchard.harness.adapters.external import ExternalHarness, ExternalRunner, trajectory_from_calls
 from orchard.harness.adapters.smolagents_agent import smolagents_harness
 from orchard.harness.task import FunctionTask
-from orchard.rollout.proxy import read_session
 from orchard.rollout.proxy_client import ProxyClient
+from orchard.rollout.proxy_records import read_session
 from orchard.tasks.swe.diffs import unified_diff
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.task import SWETask
