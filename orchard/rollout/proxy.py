@@ -25,7 +25,9 @@ source of on-policy data by pointing its OpenAI base URL at a session of this pr
    latency, time to first token, the upstream's ``weight_version``, a status), and a ``closed``
    or ``timed_out`` line. :func:`~orchard.rollout.proxy_records.read_session` reads one back, and
    ``GET /sessions/{id}/records`` serves it to a trainer on another machine (also for a session
-   of an earlier run of the proxy over the same records directory).
+   of an earlier run of the proxy over the same records directory). A proxy started over a
+   records directory reopens the sessions an earlier run left open (killed or restarted
+   mid-rollout): the same URL and key go on working, with the same deadline.
 6. **The deadline** (the paper's wall clock for Claw) is enforced: a call after it, or one that
    runs past it, gets a 504, and the session is marked ``timed_out``: its rollout is excluded
    from training.
@@ -37,6 +39,7 @@ proxy binds to loopback by default (``orchard proxy``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -90,6 +93,7 @@ class Session:
     deadline: float | None  # time.monotonic() at which it times out
     status: Status = "open"
     calls: int = 0
+    key_digest: str = ""  # the records keep only this of the key; a restored session's key is ""
 
     def info(self, root: str = "") -> dict[str, Any]:
         return {"id": self.id, "base_url": f"{root}/s/{self.id}/v1", "api_key": self.key, "records": self.path,
@@ -167,6 +171,11 @@ def _logprobs(choice: dict[str, Any]) -> list[float]:
     return list(logprobs.get("token_logprobs") or [])  # completions
 
 
+def _digest(key: str) -> str:
+    """What the records keep of a session's key (enough to recognise it after a restart)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 def _event(body: dict[str, Any]) -> bytes:
     """One server-sent event."""
     return b"data: " + json.dumps(body).encode() + b"\n\n"
@@ -199,6 +208,7 @@ class RecordingProxy:
         self.client = client or OpenAIClient(config.upstream, config.upstream_key)
         self.sessions: dict[str, Session] = {}
         self.by_key: dict[str, Session] = {}
+        self.ended_before: dict[str, Status] = {}  # sessions an earlier run over these records ended
         self.model = config.model
         os.makedirs(config.records_dir, exist_ok=True)
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -208,18 +218,57 @@ class RecordingProxy:
         self.latency = Histogram("orchard_proxy_call_seconds", "call latency, upstream included",
                                  registry=self.registry)
         self.open_sessions = Gauge("orchard_proxy_open_sessions", "sessions open", registry=self.registry)
+        self.restore()
 
     # -------------------------------------------------------------- sessions
 
     def open(self, request: SessionRequest) -> Session:
-        ident = secrets.token_hex(8)
+        ident, now = secrets.token_hex(8), time.time()
         path = os.path.join(self.config.records_dir, f"{ident}.jsonl")
         deadline = time.monotonic() + request.deadline_s if request.deadline_s else None
         session = Session(ident, f"sk-orchard-{secrets.token_urlsafe(18)}", request, path, JsonlWriter(path), deadline)
-        session.writer.write_record({"type": "session", "id": ident, "time": time.time(), **request.model_dump()})
-        self.sessions[ident], self.by_key[session.key] = session, session
-        self.open_sessions.inc()
+        session.writer.write_record({"type": "session", "id": ident, "time": now, **request.model_dump(),
+                                     "key_sha256": _digest(session.key),
+                                     "deadline_at": now + request.deadline_s if request.deadline_s else None})
+        self._add(session, _digest(session.key))
         return session
+
+    def _add(self, session: Session, key_digest: str) -> None:
+        session.key_digest = key_digest
+        self.sessions[session.id], self.by_key[key_digest] = session, session
+        self.open_sessions.inc()
+
+    def restore(self) -> int:
+        """Reopen the sessions an earlier run of the proxy over this records directory left open (it
+        was killed or restarted mid-rollout): their harnesses go on with the same URL and key, the
+        calls are appended to the same file, and the deadline stands. Returns how many."""
+        restored = 0
+        for name in sorted(os.listdir(self.config.records_dir)):
+            ident = name.removesuffix(".jsonl")
+            if not name.endswith(".jsonl") or not SESSION_ID.fullmatch(ident) or ident in self.sessions:
+                continue
+            path = os.path.join(self.config.records_dir, name)
+            try:
+                record = read_session(path)
+            except ValueError as exc:  # a broken line mid-file: leave it to whoever reads it
+                log.warning("not restoring session %s: %s", ident, exc)
+                continue
+            if record.status != "open":
+                self.ended_before[ident] = record.status
+                continue
+            if not record.session.get("key_sha256"):
+                continue
+            request = SessionRequest.model_validate({k: record.session[k] for k in SessionRequest.model_fields
+                                                     if k in record.session})
+            deadline_at = record.session.get("deadline_at")
+            deadline = None if deadline_at is None else time.monotonic() + (deadline_at - time.time())
+            session = Session(ident, "", request, path, JsonlWriter(path), deadline, calls=len(record.calls))
+            session.writer.write_record({"type": "restored", "time": time.time(), "calls": session.calls})
+            self._add(session, record.session["key_sha256"])
+            restored += 1
+        if restored:
+            log.info("restored %d open sessions from %s", restored, self.config.records_dir)
+        return restored
 
     def close(self, session: Session, status: Status = "closed") -> None:
         if session.status != "open":
@@ -227,25 +276,26 @@ class RecordingProxy:
         session.status = status
         session.writer.write_record({"type": status, "time": time.time(), "calls": session.calls})
         session.writer.close()
-        self.by_key.pop(session.key, None)
+        self.by_key.pop(session.key_digest, None)
         self.open_sessions.dec()
 
     def find(self, request: Request, session_id: str | None) -> Session:
         """The session a call belongs to: by path, else bearer key, else header; 404/409/504 otherwise."""
         if session_id is None:
             key = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            by_key = self.by_key.get(key)
+            by_key = self.by_key.get(_digest(key)) if key else None
             session_id = by_key.id if by_key else request.headers.get(SESSION_HEADER)
         if not session_id:
             raise APIError("no session: call /s/{session}/v1, or use the session's key or the X-Orchard-Session "
                              "header", 404)
         session = self.sessions.get(session_id)
-        if session is None:
+        status = session.status if session else self.ended_before.get(session_id)
+        if status is None:
             raise APIError(f"unknown session {session_id!r}", 404)
-        if session.status == "timed_out":
+        if status == "timed_out":
             raise APIError(f"session {session_id} ran past its deadline", 504, "timeout")
-        if session.status != "open":
-            raise APIError(f"session {session_id} is {session.status}", 409)
+        if status != "open" or session is None:
+            raise APIError(f"session {session_id} is {status}", 409)
         if session.deadline is not None and time.monotonic() >= session.deadline:
             self.close(session, "timed_out")
             raise APIError(f"session {session_id} ran past its deadline", 504, "timeout")

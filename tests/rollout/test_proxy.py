@@ -12,9 +12,10 @@ import openai
 import pytest
 
 from orchard.data.jsonl import JsonlWriter
+from orchard.env.local import free_port
 from orchard.rollout.proxy_client import ProxyClient
 from orchard.rollout.proxy_records import read_session
-from tests.conftest import ADMIN, wait_until
+from tests.conftest import ADMIN, Proxy, cli_server, wait_until
 
 MESSAGES = [{"role": "user", "content": "Name a colour."}]
 
@@ -170,3 +171,24 @@ def test_records_are_served_to_a_trainer_on_another_machine(proxy):
         answer = httpx.get(f"{proxy.root}/sessions/{bad}/records", headers={"Authorization": f"Bearer {ADMIN}"})
         assert answer.status_code == 404, bad
     assert httpx.get(f"{proxy.root}/sessions/{session['id']}/records").status_code == 401  # no admin key
+
+
+def test_a_proxy_killed_mid_rollout_comes_back_with_its_open_sessions(smollm2_server, tmp_path):
+    port, records = free_port(), str(tmp_path / "records")
+    args = ["proxy", "--upstream", smollm2_server.url, "--records", records, "--admin-key", ADMIN, "--port", str(port)]
+    proxy = Proxy(f"http://127.0.0.1:{port}", records)
+    for process in cli_server(args, port, str(tmp_path / "first.log"), timeout=60):
+        session = proxy.open(sampling={"temperature": 0, "max_tokens": 2}, deadline_s=600)
+        finished = proxy.open()
+        assert chat(session["base_url"]).status_code == 200
+        proxy.close(finished)
+        process.kill()  # no goodbye: the session is still open in its file
+        process.wait(10)
+    for _ in cli_server(args, port, str(tmp_path / "second.log"), timeout=60):
+        assert chat(f"{proxy.root}/v1", key=session["api_key"]).status_code == 200  # the same key goes on
+        assert chat(session["base_url"]).status_code == 200  # and the same URL
+        assert chat(finished["base_url"]).status_code == 409  # a closed one stays closed
+        proxy.close(session)
+    record = read_session(session["records"])
+    assert [c["call"] for c in record.calls] == [1, 2, 3] and record.status == "closed" and record.trainable
+    assert all(c["upstream_request"]["max_tokens"] == 2 for c in record.calls)  # the trainer's sampling stands
