@@ -59,10 +59,15 @@ $(TEST_STAMP): $(RUN_STAMP)
 run: run-deps $(RUN_STAMP)
 	$(PY) experiments/swe_bar/run.py
 
+# The suite's processes (pytest, the servers, jobs and notebooks it starts) share JAX's persistent
+# compilation cache, so a program is compiled once per run rather than once per process or model object.
+TEST_ENV := ORCHARD_NOTEBOOK_SMALL=1 JAX_COMPILATION_CACHE_DIR=$(CURDIR)/.cache/jax \
+	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.1
+
 test: test-deps $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) tests/fixtures/chat/qwen3_tokenizer.py
-	ORCHARD_NOTEBOOK_SMALL=1 $(PY) -m pytest $(PYTEST_ARGS) tests notebooks --nbmake
+	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS) tests notebooks --nbmake
 
 # google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own; so does
 # LiteLLM's proxy (its extra pins other FastAPI and uvicorn, and from 1.85 needs a package the registry lacks).

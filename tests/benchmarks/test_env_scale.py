@@ -23,10 +23,11 @@ def test_stress_fork_and_claim_report_every_sandbox(orchestrator):
     assert set(latency) == {"fork_1_ms", "fork_8_ms", "pool_claim_ms", "cold_create_ms"}
 
 
-def test_a_one_minute_soak_leaks_nothing(tmp_path):
+def test_a_short_soak_leaks_nothing(tmp_path):
+    """Fifteen seconds of churn (some hundreds of cycles); the benchmark soaks for minutes."""
     require_root()
     out = tmp_path / "results" / "summary.json"
-    done = subprocess.run([sys.executable, "experiments/env_bench/run.py", "--soak", "1", "--no-progress",
+    done = subprocess.run([sys.executable, "experiments/env_bench/run.py", "--soak", "0.25", "--no-progress",
                            f"--out={out}", f"--markdown={tmp_path / 'bench.md'}"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
