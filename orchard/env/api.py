@@ -25,6 +25,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 API_PREFIX = "/v1"
+# A port forward (``/v1/sandboxes/{id}/ports/{port}/{path}``) relays these methods to a server on the sandbox's loopback.
+PORT_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 20  # per stream
 MAX_OUTPUT_BYTES_LIMIT = 64 << 20
 TOKEN_HEADER = "authorization"
@@ -47,6 +49,7 @@ class ErrorCode(StrEnum):
     NO_SPACE = "no_space"
     PROCESS_NOT_FOUND = "process_not_found"
     AGENT_UNAVAILABLE = "agent_unavailable"
+    PORT_UNREACHABLE = "port_unreachable"
     BACKEND_ERROR = "backend_error"
     ISOLATION_UNAVAILABLE = "isolation_unavailable"
     IMAGE_NOT_FOUND = "image_not_found"

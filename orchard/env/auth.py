@@ -1,7 +1,7 @@
 """Bearer-token authentication as a pure ASGI middleware (cheaper than a per-route dependency).
 
-The orchestrator checks the client's API key; the agent checks its per-sandbox token. Tokens are
-compared in constant time.
+The orchestrator checks the client's API key; the agent checks its per-sandbox token; on HTTP
+requests and WebSocket handshakes alike. Tokens are compared in constant time.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class BearerAuth:
         self.exempt = exempt
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.exempt:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in self.exempt:
             await self.app(scope, receive, send)
             return
         presented = b""
@@ -40,6 +40,10 @@ class BearerAuth:
                 break
         if hmac.compare_digest(presented, self.expected):
             await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":  # refuse the handshake (the server answers it with a 403)
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong bearer token"})
             return
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/problem+json"),

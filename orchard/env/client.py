@@ -355,6 +355,23 @@ class AsyncSandbox:
             except (SandboxNotFound, RuntimeError):  # deleted elsewhere, or the client's session closed
                 return
 
+    # -- ports
+    def port_url(self, port: int, path: str = "/", *, websocket: bool = False) -> str:
+        """The URL of ``path`` on a server listening on ``port`` on the sandbox's own loopback (E2B's
+        ``get_host``): requests to it go through the orchestrator and the sandbox's agent, with
+        :attr:`port_headers` (the client's API key, which stops at the orchestrator). Nothing else on
+        the host reaches that port; it works with ``network="none"``. ``websocket``: the ``ws://`` URL
+        (a WebSocket the server accepts, joined message for message)."""
+        if not 1 <= port <= 65535:
+            raise ValueError(f"port must be in 1..65535, got {port}")
+        url = f"{self._t.base_url}{self._prefix}/ports/{port}/{path.lstrip('/')}"
+        return "ws" + url.removeprefix("http") if websocket else url
+
+    @property
+    def port_headers(self) -> dict[str, str]:
+        """The headers a request to :meth:`port_url` needs (the API key)."""
+        return dict(self._t.headers)
+
     # -- lifecycle
     async def heartbeat(self) -> SandboxInfo:
         response = await self._t.request("POST", f"{self._prefix}/heartbeat", idempotent=True)
@@ -732,6 +749,12 @@ class Sandbox:
     process_logs = _blocking(AsyncSandbox.process_logs)
     kill_process = _blocking(AsyncSandbox.kill_process)
     snapshot = _blocking(AsyncSandbox.snapshot)
+
+    @functools.wraps(AsyncSandbox.port_url)
+    def port_url(self, port: int, path: str = "/", *, websocket: bool = False) -> str:
+        return self._async.port_url(port, path, websocket=websocket)
+
+    port_headers = property(lambda self: self._async.port_headers, doc=AsyncSandbox.port_headers.__doc__)
 
     def run_async(self, function: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """``await function(async_sandbox, *args, **kwargs)`` on the SDK's loop, from sync code.

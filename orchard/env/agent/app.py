@@ -21,7 +21,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from fastapi import FastAPI, Query, Request, Response
+import aiohttp
+from fastapi import FastAPI, Query, Request, Response, WebSocket
+from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 
 from orchard import __version__
@@ -34,11 +36,13 @@ from orchard.env.agent.paths import SandboxRoot
 from orchard.env.agent.processes import ProcessTable
 from orchard.env.auth import BearerAuth
 from orchard.env.problems import (
+    ProblemError,
     cancel_on_disconnect,
     install_problem_handlers,
     json_response,
     problem_response,
 )
+from orchard.env.relay import relay, relay_websocket
 
 AGENT_OOM_SCORE_ADJ = -900
 T = TypeVar("T")
@@ -92,6 +96,7 @@ def create_app(config: AgentConfig) -> BearerAuth:
     base_env = dict(config.env)
     started = time.time()
     exec_lock = asyncio.Lock()
+    loopback: list[aiohttp.ClientSession] = []  # made on the first port forward, on the app's loop
 
     async def serialised(work: Callable[[], Awaitable[T]]) -> T:
         async with exec_lock:
@@ -106,6 +111,8 @@ def create_app(config: AgentConfig) -> BearerAuth:
         finally:
             processes.kill_all()
             REAPER.uninstall()
+            for session in loopback:
+                await session.close()
 
     app = FastAPI(title="Orchard Env agent", version=__version__, lifespan=lifespan)
     install_problem_handlers(app)
@@ -233,5 +240,35 @@ def create_app(config: AgentConfig) -> BearerAuth:
     async def patch(request: api.PatchRequest) -> Response:
         cwd = root.workdir_path(request.cwd)
         return json_response(await serialised(lambda: apply_patch(request.diff, cwd, request.fuzz)))
+
+    # --------------------------------------------------------------------- ports
+
+    def loopback_session() -> aiohttp.ClientSession:
+        if not loopback:
+            loopback.append(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
+                                                  auto_decompress=False))
+        return loopback[0]
+
+    async def port_forward(request: Request, port: int = PathParam(ge=1, le=65535), path: str = "") -> Response:
+        """A request to ``port`` on the sandbox's own loopback (its answer streamed back)."""
+        try:
+            return await relay(loopback_session(), f"http://127.0.0.1:{port}/{path}", request)
+        except aiohttp.ClientConnectionError as exc:
+            raise ProblemError(502, api.ErrorCode.PORT_UNREACHABLE,
+                               f"nothing answers on port {port} in the sandbox ({exc})") from None
+
+    app.add_api_route("/ports/{port}", port_forward, methods=list(api.PORT_METHODS), include_in_schema=False)
+    app.add_api_route("/ports/{port}/{path:path}", port_forward, methods=list(api.PORT_METHODS),
+                      include_in_schema=False)
+
+    async def port_websocket(websocket: WebSocket, port: int, path: str = "") -> None:
+        """A WebSocket to ``port`` on the sandbox's own loopback."""
+        if not 1 <= port <= 65535:
+            await websocket.close(code=1008, reason=f"port must be in 1..65535, got {port}")
+            return
+        await relay_websocket(websocket, loopback_session(), f"http://127.0.0.1:{port}/{path}")
+
+    app.add_api_websocket_route("/ports/{port}", port_websocket)
+    app.add_api_websocket_route("/ports/{port}/{path:path}", port_websocket)
 
     return BearerAuth(app, config.token, exempt=frozenset({"/health"}))

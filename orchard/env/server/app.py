@@ -18,7 +18,13 @@ from orchard.env.problems import install_problem_handlers
 from orchard.env.server.lifecycle import SandboxManager
 from orchard.env.server.metrics import Metrics
 from orchard.env.server.pools import WarmPools
-from orchard.env.server.routes import install_hot_routes, lifecycle_router, pool_router, snapshot_router
+from orchard.env.server.routes import (
+    install_hot_routes,
+    install_port_routes,
+    lifecycle_router,
+    pool_router,
+    snapshot_router,
+)
 from orchard.env.store import Store
 
 log = logging.getLogger(__name__)
@@ -63,4 +69,5 @@ def create_app(backend: Backend, store: Store, api_key: str, reap_interval: floa
     app.include_router(pool_router(pools))
     app.include_router(snapshot_router(manager))
     install_hot_routes(app, manager)
+    install_port_routes(app, manager)
     return BearerAuth(app, api_key, exempt=OPEN_PATHS)

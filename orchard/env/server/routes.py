@@ -12,12 +12,14 @@ import time
 from collections.abc import AsyncIterator
 
 import aiohttp
-from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response, WebSocket
+from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from orchard.env import api
 from orchard.env.problems import ProblemError, cancel_on_disconnect, json_response, validation_detail
+from orchard.env.relay import relay, relay_websocket
 from orchard.env.server.agents import AgentError
 from orchard.env.server.lifecycle import SandboxManager
 from orchard.env.server.pools import WarmPools
@@ -194,3 +196,31 @@ def install_hot_routes(app: FastAPI, manager: SandboxManager) -> None:
             openapi_extra=_openapi(route),
             operation_id=route.name,
         )
+
+
+def install_port_routes(app: FastAPI, manager: SandboxManager) -> None:
+    """``/v1/sandboxes/{id}/ports/{port}/{path}``: HTTP requests and WebSockets to a server on the
+    sandbox's own loopback, through its agent (see :mod:`orchard.env.relay`). Nothing answering there is a 502
+    ``port_unreachable``; the API key is needed as on every route and stops here. Not in the OpenAPI
+    schema: what a port answers is the sandbox's server's own API."""
+
+    async def port_forward(request: Request, sandbox_id: str, port: int = PathParam(ge=1, le=65535),
+                           path: str = "") -> Response:
+        agent = await manager.client(sandbox_id)
+        try:
+            return await relay(agent.session, f"{agent.base_url}/ports/{port}/{path}", request)
+        except AgentError as exc:
+            raise await manager.agent_lost(sandbox_id, exc) from None
+
+    async def port_websocket(websocket: WebSocket, sandbox_id: str, port: int, path: str = "") -> None:
+        try:
+            agent = await manager.client(sandbox_id)
+        except ProblemError as exc:
+            await websocket.close(code=1008, reason=(exc.detail or exc.code.value)[:120])
+            return
+        await relay_websocket(websocket, agent.session, f"{agent.base_url}/ports/{port}/{path}")
+
+    for route in ("/ports/{port}", "/ports/{port}/{path:path}"):
+        app.add_api_route(f"{api.API_PREFIX}/sandboxes/{{sandbox_id}}{route}", port_forward,
+                          methods=list(api.PORT_METHODS), include_in_schema=False)
+        app.add_api_websocket_route(f"{api.API_PREFIX}/sandboxes/{{sandbox_id}}{route}", port_websocket)
