@@ -9,7 +9,8 @@ Needs root: orchard sandboxes use Linux namespaces.
     python experiments/env_bench/run.py --soak 10 --markdown docs/benchmarks.md
 
 ``--confinement`` times sandboxes with and without the seccomp filter side by side
-(:mod:`benchmarks.confinement`, ``results/confinement.json``). ``--stress N`` and ``--soak MINUTES`` run the scale checks of :mod:`benchmarks.env_scale` instead of
+(:mod:`benchmarks.confinement`, ``results/confinement.json``); ``--ports`` times a request and a WebSocket
+round trip through a port forward against exec (:mod:`benchmarks.ports`, ``results/ports.json``). ``--stress N`` and ``--soak MINUTES`` run the scale checks of :mod:`benchmarks.env_scale` instead of
 the latency comparison, and write ``results/stress.json`` or ``results/soak.json``.
 """
 
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from benchmarks.confinement import render_confinement, run_confinement
 from benchmarks.env import BenchConfig, publish, render_markdown, run_benchmark
 from benchmarks.env_scale import fork_and_claim, render_soak, render_stress, soak, stress
+from benchmarks.ports import render_ports, run_ports
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 
@@ -53,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--soak", type=float, metavar="MINUTES", help="create/exec/delete churn; report leaks")
     parser.add_argument("--confinement", action="store_true",
                         help="create-to-first-exec and exec with and without the seccomp filter, side by side")
+    parser.add_argument("--ports", action="store_true",
+                        help="an HTTP request and a WebSocket round trip through a port forward, against exec")
     args = parser.parse_args(argv)
     for name in ("iterations", "concurrency", "per_sandbox", "creates"):
         if getattr(args, name) < 1:
@@ -74,6 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.confinement:
         publish(run_confinement(cfg, command=command), args.out.with_name("confinement.json"), args.markdown,
                 "env_confinement", render_confinement)
+        return
+    if args.ports:
+        publish(run_ports(cfg, command=command), args.out.with_name("ports.json"), args.markdown, "env_ports",
+                render_ports)
         return
     publish(run_benchmark(cfg, command=command), args.out, args.markdown, "env_bench", render_markdown)
 
