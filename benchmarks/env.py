@@ -217,7 +217,7 @@ async def bench_swerex(cfg: BenchConfig) -> list[float]:
 # ----------------------------------------------------------------- orchard
 
 
-async def _exec_true(sandbox: AsyncSandbox) -> None:
+async def exec_true(sandbox: AsyncSandbox) -> None:
     (await sandbox.exec(COMMAND)).check()
 
 
@@ -225,7 +225,7 @@ async def bench_orchard_exec(client: AsyncSandboxClient, cfg: BenchConfig) -> li
     """Exec latencies of ``AsyncSandbox.exec`` in one sandbox."""
     sandbox = await client.create()
     try:
-        return await time_async(lambda: _exec_true(sandbox), cfg, "orchard exec")
+        return await time_async(lambda: exec_true(sandbox), cfg, "orchard exec")
     finally:
         await sandbox.delete()
 
@@ -264,14 +264,14 @@ async def orchard_sandboxes(client: AsyncSandboxClient, count: int, cfg: BenchCo
 async def bench_orchard_concurrent(client: AsyncSandboxClient, cfg: BenchConfig) -> dict[str, float | int]:
     """All ``concurrency`` sandboxes running ``true`` back to back at the same time."""
     async with orchard_sandboxes(client, cfg.concurrency, cfg) as sandboxes:
-        await asyncio.gather(*(_exec_true(sb) for sb in sandboxes))  # warm-up, untimed
+        await asyncio.gather(*(exec_true(sb) for sb in sandboxes))  # warm-up, untimed
         samples: list[float] = []
         with _bar(cfg, cfg.concurrency * cfg.per_sandbox, "orchard concurrent") as bar:
 
             async def worker(sandbox: AsyncSandbox) -> None:
                 for _ in range(cfg.per_sandbox):
                     start = time.perf_counter()
-                    await _exec_true(sandbox)
+                    await exec_true(sandbox)
                     samples.append(time.perf_counter() - start)
                     bar.update()
 
@@ -290,7 +290,7 @@ async def bench_orchard_create(client: AsyncSandboxClient, cfg: BenchConfig) -> 
         start = time.perf_counter()
         sandbox = await client.create()
         try:
-            await _exec_true(sandbox)
+            await exec_true(sandbox)
             samples.append(time.perf_counter() - start)
         finally:
             await sandbox.delete()

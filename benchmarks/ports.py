@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.env import BenchConfig, _exec_true, latency_stats, run_metadata, time_async
+from benchmarks.env import BenchConfig, exec_true, latency_stats, run_metadata, time_async
 from orchard.env.client import AsyncSandbox
 from orchard.env.local import free_port, local_server
 
@@ -105,7 +105,7 @@ async def _measure(server, cfg: BenchConfig, rounds: int) -> dict[str, list[floa
                     await ws.send_str("x")
                     await ws.receive_str()
 
-                calls = {"exec": lambda: _exec_true(sandbox), "http": get, "websocket": round_trip}
+                calls = {"exec": lambda: exec_true(sandbox), "http": get, "websocket": round_trip}
                 for number in range(rounds):
                     order = list(calls) if number % 2 == 0 else list(reversed(calls))
                     for name in order:

@@ -63,7 +63,6 @@ log = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-orchard-session"
 SESSION_ID = re.compile(r"[0-9a-f]{16}")  # secrets.token_hex(8): also the records' file name
-SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens")
 
 
 class SessionSampling(BaseModel):
@@ -227,10 +226,11 @@ class RecordingProxy:
         path = os.path.join(self.config.records_dir, f"{ident}.jsonl")
         deadline = time.monotonic() + request.deadline_s if request.deadline_s else None
         session = Session(ident, f"sk-orchard-{secrets.token_urlsafe(18)}", request, path, JsonlWriter(path), deadline)
+        key_digest = _digest(session.key)
         session.writer.write_record({"type": "session", "id": ident, "time": now, **request.model_dump(),
-                                     "key_sha256": _digest(session.key),
+                                     "key_sha256": key_digest,
                                      "deadline_at": now + request.deadline_s if request.deadline_s else None})
-        self._add(session, _digest(session.key))
+        self._add(session, key_digest)
         return session
 
     def _add(self, session: Session, key_digest: str) -> None:
