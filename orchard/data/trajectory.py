@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from orchard.data.images import ImageRef
 from orchard.data.jsonl import JsonlFormatError, JsonlWriter, ReadReport, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class Message(BaseModel):
     reasoning: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None  # on tool messages: the call this observation answers
+    images: list[ImageRef] = Field(default_factory=list)  # by content hash (orchard.data.images), after the text
     token_ids: list[int] | None = None  # assistant: the ids the policy sampled after the generation prompt
     logprobs: list[float] | None = None
     prompt_tokens: int | None = None  # assistant: the length of the prompt it was sampled under

@@ -33,6 +33,7 @@ from orchard.env.client import AsyncSandbox
 from orchard.harness.core import FormatError, Limits, Observation, Policy, Turn, run_agent
 from orchard.harness.editor import COMMANDS, ToolError, str_replace_editor
 from orchard.harness.shell import AGENT_ENV, clip_middle, run_shell
+from orchard.harness.tools import checked_calls, reject_calls
 
 EXECUTE_BASH = {"type": "function", "function": {
     "name": "execute_bash",
@@ -119,37 +120,6 @@ repository, reproduce the problem, fix it, check the fix, and then call `finish`
 NO_TOOL_CALL = ("You did not call a tool. Work on the task by calling the tools (execute_bash, "
                 "str_replace_editor); when it is done, call finish.")
 
-_TYPES: dict[str, tuple[type, ...]] = {"string": (str,), "integer": (int,), "number": (int, float),
-                                       "boolean": (bool,), "array": (list,), "object": (dict,)}
-
-
-def check_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> None:
-    """Raise :class:`FormatError` unless ``arguments`` fit ``schema`` (a flat JSON-schema object:
-    required keys, no unknown keys, types, enums, and integer items of arrays)."""
-    properties = schema.get("properties", {})
-    missing = [key for key in schema.get("required", []) if key not in arguments]
-    if missing:
-        raise FormatError(f"missing required parameter(s): {', '.join(missing)}")
-    unknown = [key for key in arguments if key not in properties]
-    if unknown:
-        raise FormatError(f"unknown parameter(s): {', '.join(unknown)}; the parameters are: {', '.join(properties)}")
-    for key, value in arguments.items():
-        spec = properties[key]
-        if not _typed(value, spec["type"]):
-            raise FormatError(f"parameter `{key}` must be of type {spec['type']}, got {type(value).__name__}")
-        if "enum" in spec and value not in spec["enum"]:
-            raise FormatError(f"parameter `{key}` must be one of {', '.join(map(str, spec['enum']))}, got {value!r}")
-        items = spec.get("items")
-        if items is not None and not all(_typed(item, items["type"]) for item in value):
-            raise FormatError(f"parameter `{key}` must be an array of {items['type']}s")
-
-
-def _typed(value: Any, kind: str) -> bool:
-    if isinstance(value, bool) and kind != "boolean":  # JSON true is not a number
-        return False
-    return isinstance(value, _TYPES[kind])
-
-
 def diff_command(repo: str) -> str:
     """A shell command printing the repository's changes against ``HEAD`` (or against nothing, before
     the first commit), untracked files included and Python bytecode left out, without touching the
@@ -192,26 +162,7 @@ class CodeActHarness:
         return self.task_template.format(task=task, cwd=self.cwd)
 
     def parse(self, turn: Turn) -> list[ToolCall]:
-        if turn.errors:
-            raise FormatError("ERROR: your tool call could not be parsed: " + "; ".join(turn.errors))
-        calls = turn.message.tool_calls
-        if not calls and "<tool_call>" in turn.message.content:  # a server that could not parse it left the text
-            raise FormatError("ERROR: your tool call could not be parsed; write it as a JSON object with "
-                              "\"name\" and \"arguments\" inside <tool_call></tool_call>.")
-        if not calls:
-            raise FormatError(NO_TOOL_CALL)
-        schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in self.tools or []}
-        for call in calls:
-            if call.name not in schemas:
-                raise FormatError(f"ERROR: there is no tool named {call.name!r}. The tools are: "
-                                  f"{', '.join(schemas)}.")
-            if not isinstance(call.arguments, dict):
-                raise FormatError(f"ERROR: the arguments of {call.name} must be a JSON object, got {call.arguments!r}")
-            try:
-                check_arguments(schemas[call.name], call.arguments)
-            except FormatError as exc:
-                raise FormatError(f"ERROR: invalid arguments for {call.name}: {exc}") from None
-        return list(calls)
+        return checked_calls(turn, self.tools or [], NO_TOOL_CALL)
 
     async def execute(self, call: ToolCall, sandbox: AsyncSandbox) -> Observation:
         return await self._run_tool[call.name](call, sandbox)
@@ -247,11 +198,7 @@ class CodeActHarness:
         return Observation(None, submission=diff.stdout if diff.ok else "", metadata=info)
 
     def reject(self, turn: Turn, error: FormatError) -> list[Message]:
-        calls = turn.message.tool_calls
-        if not calls:
-            return [Message(role="user", content=str(error))]
-        note = f"{error}\nNone of the tool calls of your last message was run."
-        return [Message(role="tool", content=note, tool_call_id=call.id) for call in calls]
+        return reject_calls(turn, error)
 
     async def run(self, task: str, policy: Policy, sandbox: AsyncSandbox, *, limits: Limits = Limits(),
                   **options: Any) -> Trajectory:

@@ -99,13 +99,15 @@ class ContextLimitExceeded(Exception):
 class Observation:
     """What running an action produced.
 
-    ``message`` is shown to the model (``None``: nothing, as after a submission). A non-``None``
-    ``submission`` ends the run as completed. ``metadata`` is merged into the trajectory's.
+    ``message`` is shown to the model (``None``: nothing, as after a submission), then ``then``
+    (a screenshot after a tool's answer). A non-``None`` ``submission`` ends the run as completed.
+    ``metadata`` is merged into the trajectory's.
     """
 
     message: Message | None
     submission: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    then: list[Message] = field(default_factory=list)
 
 
 @dataclass
@@ -136,12 +138,16 @@ class Conversation:
     The loop only ever appends to ``messages``, which lets a policy render incrementally; ``state``
     is where a policy keeps such per-episode caches (policies themselves are shared by many
     concurrent episodes, so they hold none). ``seed`` varies sampling between episodes.
+
+    ``sandbox`` is the episode's sandbox, for privileged teachers only (an oracle that reads the
+    page it is acting on, as the SWE oracle reads the gold patch); model policies never look at it.
     """
 
     messages: list[Message]
     tools: list[dict[str, Any]] | None = None
     seed: int = 0
     state: dict[Any, Any] = field(default_factory=dict)
+    sandbox: AsyncSandbox | None = None
 
 
 class Policy(Protocol):
@@ -154,6 +160,10 @@ class Policy(Protocol):
 
 
 class Harness(Protocol):
+    """A harness. It may also define ``async opening(sandbox) -> list[Message]``: observations shown
+    before the first turn (the browser harness's first screenshot); a sandbox error there aborts
+    the run like one in :meth:`execute`."""
+
     name: str
     system_prompt: str
     tools: list[dict[str, Any]] | None  # OpenAI tool schemas, or None for a text-only action syntax
@@ -209,7 +219,7 @@ async def run_agent(harness: Harness, policy: Policy, sandbox: AsyncSandbox, tas
     conversation = Conversation(
         messages=[Message(role="system", content=harness.system_prompt),
                   Message(role="user", content=harness.task_prompt(task))],
-        tools=harness.tools, seed=random.getrandbits(31) if seed is None else seed)
+        tools=harness.tools, seed=random.getrandbits(31) if seed is None else seed, sandbox=sandbox)
     run = _Run()
     started_at, started = time.time(), time.monotonic()
     deadline = asyncio.timeout(limits.time_limit)
@@ -237,6 +247,15 @@ async def run_agent(harness: Harness, policy: Policy, sandbox: AsyncSandbox, tas
 async def _loop(harness: Harness, policy: Policy, sandbox: AsyncSandbox, conversation: Conversation,
                 limits: Limits, run: _Run) -> None:
     messages = conversation.messages
+    opening = getattr(harness, "opening", None)
+    if opening is not None:
+        clock = time.monotonic()
+        try:
+            messages.extend(await opening(sandbox))
+        except OrchardError as exc:
+            return run.end(EndReason.SANDBOX_ERROR, f"{type(exc).__name__}: {exc}")
+        finally:
+            run.env_s += time.monotonic() - clock
     while True:
         if run.steps >= limits.max_steps:
             return run.end(EndReason.STEP_LIMIT)
@@ -279,6 +298,7 @@ async def _loop(harness: Harness, policy: Policy, sandbox: AsyncSandbox, convers
             run.extra.update(observation.metadata)
             if observation.message is not None:
                 messages.append(observation.message)
+            messages.extend(observation.then)
             if observation.submission is not None:
                 run.submission = observation.submission
                 return run.end(EndReason.SUBMITTED)

@@ -6,7 +6,8 @@ import pytest
 
 from orchard.data.trajectory import Message, Outcome, ToolCall
 from orchard.harness import CodeActHarness, EnginePolicy, FormatError, FunctionTask, Limits, Turn, run_episode
-from orchard.harness.codeact import TOOLS, check_arguments
+from orchard.harness.codeact import TOOLS
+from orchard.harness.tools import check_arguments
 from tests.harness.scripted import REPO, ScriptedEngine, call, make_repo
 
 SOLVE = [

@@ -1,0 +1,87 @@
+"""Images in trajectories: kept once each, by content hash, beside the JSON lines, never inside them.
+
+A message carries its images as :class:`ImageRef` (the SHA-256 of the encoded bytes, the media
+type and the size in pixels). The bytes live in an :class:`ImageStore`, a directory laid out as
+``<root>/<hash[:2]>/<hash>.<ext>`` (a workdir's ``images/``): a screenshot that repeats (an
+unchanged page) is stored once, and a trajectory file stays small enough to read line by line.
+
+:func:`recent_images` is the context window over images: the paper trains with only the latest
+``k = 1`` screenshot in the context, the earlier ones dropped from the prompt (their messages stay).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import tempfile
+from collections.abc import Sequence
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+MEDIA_EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
+
+
+class ImageRef(BaseModel):
+    """An image by content: ``sha256`` of its bytes, its ``media_type``, ``width`` x ``height`` pixels."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sha256: str
+    media_type: str = "image/png"
+    width: int
+    height: int
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """The width and height of a PNG, from its header; ``ValueError`` for anything else."""
+    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise ValueError("not a PNG image")
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+class ImageStore:
+    """A directory of images by content hash (see the module docstring). Writes are atomic: a
+    reader never sees a half-written file, and two writers of the same image are harmless."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = os.fspath(root)
+        os.makedirs(self.root, exist_ok=True)
+
+    def path(self, ref: ImageRef) -> str:
+        return os.path.join(self.root, ref.sha256[:2], f"{ref.sha256}.{MEDIA_EXTENSIONS[ref.media_type]}")
+
+    def put_png(self, data: bytes) -> ImageRef:
+        width, height = png_size(data)
+        ref = ImageRef(sha256=hashlib.sha256(data).hexdigest(), width=width, height=height)
+        target = self.path(ref)
+        if not os.path.exists(target):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".part-")
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.replace(temporary, target)
+        return ref
+
+    def read(self, ref: ImageRef) -> bytes:
+        """The image's bytes, checked against its hash."""
+        with open(self.path(ref), "rb") as handle:
+            data = handle.read()
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise ValueError(f"image {self.path(ref)} does not match its hash (changed on disk)")
+        return data
+
+
+class _HasImages(Protocol):
+    images: list[ImageRef]
+
+
+def recent_images(messages: Sequence[_HasImages], k: int | None) -> set[int]:
+    """The indices of the messages whose images stay in the context: the last ``k`` messages that
+    carry any (``None``: all of them; ``0``: none)."""
+    carrying = [index for index, message in enumerate(messages) if message.images]
+    if k is None:
+        return set(carrying)
+    return set(carrying[len(carrying) - k:]) if k > 0 else set()

@@ -1,0 +1,271 @@
+"""Chromium in an Orchard sandbox, driven by Playwright: one browser per sandbox, a fresh context
+per episode.
+
+Debian's ``/usr/bin/chromium`` runs inside the sandbox (``network="none"`` is fine: its pages are
+files or servers on the sandbox's own loopback). Two ways to drive it, chosen by ``mode``:
+
+``host`` (the default)
+    Chromium listens for the DevTools protocol on the sandbox's loopback, and Playwright on the
+    host connects to it through the sandbox's port forward (``sandbox.port_url``, WebSocket). Each
+    action is a few DevTools messages over that socket.
+``driver``
+    A small driver process inside the sandbox (:mod:`orchard.harness.browser_driver`, uploaded
+    with :mod:`orchard.harness.browser_actions`) runs Playwright there and answers one HTTP request
+    per action through the port forward.
+
+``experiments/gui_bench/run.py`` measures both (``docs/benchmarks.md``, section ``gui``). The host
+mode is the default because it measured no slower per step and it keeps Playwright's node driver
+(about 60 MB) and a Python process out of every sandbox, which is memory the browser gets instead;
+the driver mode remains for clusters where the orchestrator is far from the learner and one round
+trip per action beats several.
+
+Failures of the browser are :class:`BrowserError`, an
+:class:`~orchard.env.client.OrchardError`: the agent loop ends such a run as ``sandbox_error``
+(status ``aborted``) and :func:`~orchard.harness.episode.run_episode` gives it reward ``None``, so
+a crashed, hung or out-of-memory browser drops the rollout instead of scoring it. A browser is
+found again from its sandbox with :func:`browser_of` (the task starts it in ``setup``, the harness
+acts on it, the grader reads it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+
+from orchard.env.client import AsyncSandbox, OrchardError
+from orchard.harness import browser_actions
+from orchard.harness.browser_actions import ActionFailed, BrowserTabs
+
+log = logging.getLogger(__name__)
+
+DEVTOOLS_PORT = 9222
+DRIVER_PORT = 9223
+DRIVER_DIR = "/tmp/orchard-browser"
+CHROMIUM = "/usr/bin/chromium"
+# Headless, no sandbox of its own (the Orchard sandbox is the boundary), nothing that calls home.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
+                  "--remote-allow-origins=*")
+Mode = Literal["host", "driver"]
+
+
+class BrowserError(OrchardError):
+    """The browser in a sandbox crashed, hung, ran out of memory or never started."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, code="browser_error")
+
+
+@dataclass(frozen=True)
+class BrowserSettings:
+    """``viewport`` in CSS pixels (MiniWoB's pages are 160x210; the paper's sites a desktop);
+    ``start_timeout`` for the browser to answer; ``call_timeout`` for one action (a browser that
+    takes longer is hung); ``mode`` as in the module docstring."""
+
+    viewport: tuple[int, int] = (160, 210)
+    mode: Mode = "host"
+    start_timeout: float = 30.0
+    call_timeout: float = 30.0
+
+
+_browsers: weakref.WeakKeyDictionary[AsyncSandbox, SandboxBrowser] = weakref.WeakKeyDictionary()
+
+
+def browser_of(sandbox: AsyncSandbox) -> SandboxBrowser:
+    """The browser started in ``sandbox`` (by its task's ``setup``)."""
+    browser = _browsers.get(sandbox)
+    if browser is None:
+        raise BrowserError(f"no browser was started in sandbox {sandbox.id}")
+    return browser
+
+
+class _SharedPlaywright:
+    """One Playwright (a node process) per event loop, shared by every browser on the host."""
+
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+    _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    async def get(cls) -> Any:
+        from playwright.async_api import async_playwright
+
+        loop = asyncio.get_running_loop()
+        async with cls._locks.setdefault(loop, asyncio.Lock()):
+            if loop not in cls._by_loop:
+                cls._by_loop[loop] = await async_playwright().start()
+            return cls._by_loop[loop]
+
+
+class SandboxBrowser:
+    """Chromium running in one sandbox. Start with :meth:`start`; :meth:`new_episode` gives a fresh
+    context (cookies, storage and tabs of earlier episodes gone) and :meth:`call` acts in it."""
+
+    def __init__(self, sandbox: AsyncSandbox, settings: BrowserSettings) -> None:
+        self.sandbox, self.settings = sandbox, settings
+        self.process_id: str | None = None
+        self.tabs: BrowserTabs | None = None  # host mode
+        self._browser: Any = None
+        self._http: aiohttp.ClientSession | None = None  # driver mode
+        self._events_seen = 0
+        self.events: list[dict[str, Any]] = []  # what the pages reported, this episode
+        self.started_s = 0.0
+
+    @classmethod
+    async def start(cls, sandbox: AsyncSandbox, settings: BrowserSettings = BrowserSettings()) -> SandboxBrowser:
+        """Start Chromium (or the driver) in ``sandbox`` and connect; :func:`browser_of` finds it."""
+        browser = cls(sandbox, settings)
+        clock = time.monotonic()
+        try:
+            async with asyncio.timeout(settings.start_timeout):
+                await (browser._start_host() if settings.mode == "host" else browser._start_driver())
+        except TimeoutError:
+            raise BrowserError(f"the browser did not start in {settings.start_timeout:g} s: "
+                               f"{await browser._log_tail()}") from None
+        browser.started_s = time.monotonic() - clock
+        _browsers[sandbox] = browser
+        return browser
+
+    async def _start_host(self) -> None:
+        command = [CHROMIUM, *CHROMIUM_FLAGS, f"--remote-debugging-port={DEVTOOLS_PORT}",
+                   "--remote-debugging-address=127.0.0.1", "--user-data-dir=/tmp/chromium-profile", "about:blank"]
+        self.process_id = (await self.sandbox.start_process(command, name="chromium")).id
+        version = await self._wait_for("/json/version")
+        path = version["webSocketDebuggerUrl"].split(f":{DEVTOOLS_PORT}", 1)[1]
+        playwright = await _SharedPlaywright.get()
+        self._browser = await playwright.chromium.connect_over_cdp(
+            self.sandbox.port_url(DEVTOOLS_PORT, path, websocket=True), headers=self.sandbox.port_headers)
+
+    async def _start_driver(self) -> None:
+        here = os.path.dirname(os.path.abspath(browser_actions.__file__))
+        for name in ("browser_actions.py", "browser_driver.py"):
+            await self.sandbox.upload_file(os.path.join(here, name), f"{DRIVER_DIR}/{name}")
+        command = [sys.executable, f"{DRIVER_DIR}/browser_driver.py", "--port", str(DRIVER_PORT),
+                   "--chromium", CHROMIUM, *(f"--flag={flag}" for flag in CHROMIUM_FLAGS)]
+        self.process_id = (await self.sandbox.start_process(command, name="browser-driver", cwd=DRIVER_DIR)).id
+        await self._wait_for("/health")
+
+    async def _wait_for(self, path: str) -> Any:
+        """GET ``path`` on the browser's port until it answers; an exited process is an error at once."""
+        port = DEVTOOLS_PORT if self.settings.mode == "host" else DRIVER_PORT
+        async with aiohttp.ClientSession() as http:
+            while True:
+                try:
+                    async with http.get(self.sandbox.port_url(port, path), headers=self.sandbox.port_headers) as reply:
+                        if reply.status == 200:
+                            return await reply.json()
+                except aiohttp.ClientError:
+                    pass
+                process = await self.sandbox.process(self.process_id)
+                if not process.running:
+                    raise BrowserError(f"the browser exited with {process.exit_code} while starting: "
+                                       f"{await self._log_tail()}")
+                await asyncio.sleep(0.05)
+
+    async def _log_tail(self, lines: int = 5) -> str:
+        if self.process_id is None:
+            return "(no process)"
+        try:
+            log_bytes, _ = await self.sandbox.process_logs(self.process_id)
+        except OrchardError as exc:
+            return f"(no log: {exc})"
+        kept = [line for line in log_bytes.decode(errors="replace").splitlines() if "dbus" not in line]
+        return " | ".join(kept[-lines:]) or "(empty log)"
+
+    # -- episodes
+    async def new_episode(self) -> None:
+        """A fresh context with one blank tab, the previous episode's closed."""
+        self.events, self._events_seen = [], 0
+        width, height = self.settings.viewport
+        try:
+            async with asyncio.timeout(self.settings.call_timeout):
+                if self.settings.mode == "host":
+                    if self.tabs is not None:
+                        await self.tabs.context.close()
+                    context = await self._browser.new_context(viewport={"width": width, "height": height},
+                                                              device_scale_factor=1)
+                    self.tabs = await BrowserTabs.open(context, (width, height))
+                else:
+                    await self._post("/context", {"width": width, "height": height})
+        except TimeoutError:
+            raise await self._failure(f"the browser did not open a context in {self.settings.call_timeout:g} s") from None
+        except BrowserError:
+            raise
+        except Exception as exc:
+            raise await self._failure(f"the browser could not open a context: {type(exc).__name__}: {exc}") from exc
+
+    async def call(self, name: str, **arguments: Any) -> Any:
+        """Run a browser action (:mod:`orchard.harness.browser_actions`): its result, or
+        :class:`ActionFailed` for the model; :class:`BrowserError` when the browser itself failed."""
+        try:
+            async with asyncio.timeout(self.settings.call_timeout):
+                if self.settings.mode == "host":
+                    if self.tabs is None:
+                        raise BrowserError("no episode is open: call new_episode first")
+                    try:
+                        result = await self.tabs.call(name, **arguments)
+                    finally:
+                        self.events.extend(self.tabs.events[self._events_seen:])
+                        self._events_seen = len(self.tabs.events)
+                    return result
+                reply = await self._post("/call", {"name": name, "arguments": arguments})
+                self.events.extend(reply.get("events", []))
+                if "failed" in reply:
+                    raise ActionFailed(reply["failed"])
+                return reply["result"]
+        except TimeoutError:
+            raise await self._failure(f"the browser did not answer {name} in {self.settings.call_timeout:g} s "
+                                      "(hung)") from None
+        except ActionFailed:
+            if not self.alive():  # the "action" failed because the browser went away
+                raise await self._failure(f"the browser went away during {name}") from None
+            raise
+
+    def alive(self) -> bool:
+        if self.settings.mode == "host":
+            return self._browser is not None and self._browser.is_connected() and not (
+                self.tabs is not None and self.tabs.crashed)
+        return self._http is not None and not self._http.closed
+
+    async def _failure(self, what: str) -> BrowserError:
+        """A :class:`BrowserError` saying what happened and what the browser's process says."""
+        state = ""
+        if self.process_id is not None:
+            try:
+                process = await self.sandbox.process(self.process_id)
+                state = (" (the browser process is running)" if process.running
+                         else f" (the browser process exited with {process.exit_code})")
+            except OrchardError as exc:
+                state = f" (its sandbox: {exc})"
+        return BrowserError(f"{what}{state}: {await self._log_tail(3)}")
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(headers=self.sandbox.port_headers)
+        try:
+            async with self._http.post(self.sandbox.port_url(DRIVER_PORT, path), json=body) as reply:
+                payload = await reply.json(content_type=None)
+        except (aiohttp.ClientError, ValueError) as exc:
+            raise await self._failure(f"the browser driver did not answer: {type(exc).__name__}: {exc}") from exc
+        if reply.status != 200:
+            raise await self._failure(f"the browser driver failed: {payload.get('error', payload)}")
+        return payload
+
+    async def close(self) -> None:
+        """Disconnect (the sandbox's deletion ends the browser itself)."""
+        _browsers.pop(self.sandbox, None)
+        if self._http is not None:
+            await self._http.close()
+        if self._browser is not None:
+            try:
+                await self._browser.close()
+            except Exception as exc:  # already gone with its sandbox
+                log.debug("closing the browser of %s: %s", self.sandbox.id, exc)

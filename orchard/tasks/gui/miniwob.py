@@ -1,0 +1,249 @@
+"""MiniWoB++ from the installed ``miniwob`` package, as Orchard tasks.
+
+The package (1.1.0) ships 130 task pages (``miniwob/html/miniwob/*.html``). A task instance is a
+page and a **seed**: the page's problem generator draws from ``Math.random``, which
+``Math.seedrandom(seed)`` makes deterministic, so the same seed gives the same instruction and
+the same DOM. An episode (:meth:`MiniWoBTask.setup`):
+
+1. starts Chromium in the sandbox (:mod:`orchard.harness.chromium`) and opens the page from the
+   package's files (the sandbox sees the virtualenv read-only; where it does not, the pages are
+   uploaded to ``/tmp/miniwob``);
+2. overrides the page's own time limit (``core.EPISODE_MAX_TIME``: 58 pages set 7-30 s, which
+   would end an episode while a model thinks) and hides the score display and its timer;
+3. wraps ``core.endEpisode`` so that the page's end of episode is reported to the host, with its
+   raw reward (``WOB_RAW_REWARD_GLOBAL``, before any time penalty), through the context's event
+   binding: the grader reads that record, kept on the host, not the page (which the policy drives);
+4. seeds, starts the episode (``core.startEpisodeReal``), and checks that the instruction
+   (``core.getUtterance``) is the one the instance was built with.
+
+The page ends its own episode (a right or wrong submission); :class:`~orchard.harness.browser.BrowserHarness`
+then ends the run. Grading is the rule judge (:mod:`orchard.tasks.gui.judges`): success when the
+page ended the episode with a raw reward of at least the task's ``threshold`` (1.0 by default:
+some pages give partial credit to a wrong answer).
+
+:data:`CATALOGUE` lists the tasks Orchard uses (at least 30), each with the number of actions the
+oracle's clean solution takes (a range when the problem's size varies), and the solvers the
+oracle teacher uses live in ``miniwob_solvers.js`` beside this file.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchard.data.trajectory import Outcome, Trajectory
+from orchard.env.client import AsyncSandbox
+from orchard.harness.chromium import BrowserError, BrowserSettings, SandboxBrowser, browser_of
+from orchard.harness.core import Limits
+from orchard.harness.task import TaskFamily
+from orchard.tasks.gui.judges import RewardSettings, RuleJudge, gui_outcome
+
+EPISODE_TIME_MS = 3_600_000  # replaces the pages' own 7-30 s limits; the harness's limits apply instead
+VIEWPORT = (160, 210)  # MiniWoB's task area (#wrap), at the top left of the page
+UPLOAD_DIR = "/tmp/miniwob"
+
+# Runs in the page before the episode starts: hides the score and timer, lifts the time limit, and
+# reports the end of the episode (first end only) through the context's binding.
+PREPARE_SCRIPT = """(maxTime) => {
+  core.EPISODE_MAX_TIME = maxTime;
+  const style = document.createElement('style');
+  style.textContent = '#reward-display { display: none !important; }';
+  document.head.appendChild(style);
+  if (!core.__orchardWrapped) {
+    const original = core.endEpisode;
+    core.endEpisode = function (reward, timeProportional, reason) {
+      const live = core.EP_TIMER !== null;
+      const result = original.apply(this, arguments);
+      if (live && !core.__orchardEnded) {
+        core.__orchardEnded = true;
+        window.orchardEvent({type: 'episode_end', ends_episode: true, raw_reward: WOB_RAW_REWARD_GLOBAL,
+                             reward: WOB_REWARD_GLOBAL, reason: WOB_REWARD_REASON === null ? null : String(WOB_REWARD_REASON)});
+      }
+      return result;
+    };
+    core.__orchardWrapped = true;
+  }
+}"""
+START_SCRIPT = """(seed) => {
+  Math.seedrandom(seed);
+  core.__orchardEnded = false;
+  core.startEpisodeReal();
+  return core.getUtterance();
+}"""
+READY_SCRIPT = "() => typeof core !== 'undefined' && typeof genProblem !== 'undefined' && WOB_TASK_READY === true"
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    """A catalogue entry: the page, the oracle's clean action count (min, max), and the raw reward
+    that counts as success."""
+
+    name: str
+    actions: tuple[int, int]
+    threshold: float = 1.0
+    notes: str = ""
+
+
+def _spec(name: str, low: int, high: int | None = None, **kwargs: Any) -> PageSpec:
+    return PageSpec(name, (low, high if high is not None else low), **kwargs)
+
+
+CATALOGUE: dict[str, PageSpec] = {spec.name: spec for spec in (
+    _spec("click-button", 1),
+    _spec("click-button-sequence", 2),
+    _spec("click-checkboxes", 1, 8),
+    _spec("click-checkboxes-large", 1, 13),
+    _spec("click-checkboxes-transfer", 1, 8),
+    _spec("click-collapsible", 2),
+    _spec("click-collapsible-2", 2, 4),
+    _spec("click-dialog", 1),
+    _spec("click-dialog-2", 1),
+    _spec("click-link", 1),
+    _spec("click-option", 2),
+    _spec("click-tab", 1),
+    _spec("click-tab-2", 1, 2),
+    _spec("click-test", 1),
+    _spec("click-test-2", 1),
+    _spec("click-widget", 1),
+    _spec("enter-text", 2),
+    _spec("enter-text-2", 2),
+    _spec("enter-password", 3),
+    _spec("focus-text", 1),
+    _spec("focus-text-2", 1),
+    _spec("login-user", 3),
+    _spec("find-greatest", 1, 4, notes="partial credit: a wrong card scores +0.1"),
+)}
+
+
+@functools.cache
+def pages_dir() -> str:
+    """The package's ``html`` directory (``core/``, ``common/``, ``miniwob/``) on this host."""
+    import miniwob
+
+    return os.path.join(os.path.dirname(os.path.abspath(miniwob.__file__)), "html")
+
+
+@functools.cache
+def page_names() -> tuple[str, ...]:
+    """Every task page the package ships."""
+    return tuple(sorted(name.removesuffix(".html") for name in os.listdir(os.path.join(pages_dir(), "miniwob"))
+                        if name.endswith(".html")))
+
+
+async def sandbox_pages(sandbox: AsyncSandbox) -> str:
+    """Where the pages are inside ``sandbox``: the package's own files where the sandbox sees the
+    virtualenv (the local backend binds it read-only), else a copy uploaded once to ``/tmp/miniwob``."""
+    host = pages_dir()
+    if await sandbox.exists(os.path.join(host, "core", "core.js")):
+        return host
+    if not await sandbox.exists(os.path.join(UPLOAD_DIR, "core", "core.js")):
+        await sandbox.upload_dir(host, UPLOAD_DIR)
+    return UPLOAD_DIR
+
+
+FAMILY = TaskFamily(
+    name="miniwob",
+    # One browser: Chromium's processes and threads want more pids than a shell task, and memory for
+    # its renderer; no network (the pages are files).
+    sandbox={"cpu": 1.0, "memory": "2Gi", "pids": 1024, "network": "none", "ttl": 600.0},
+    limits=Limits(max_steps=15, time_limit=300.0, max_format_errors=3),
+)
+
+
+@dataclass(frozen=True)
+class MiniWoBTask:
+    """One MiniWoB++ instance: ``page`` with ``seed``; ``instruction`` is what the page asks
+    (:func:`build_instances` reads it from the page). Implements :class:`~orchard.harness.task.Task`."""
+
+    page: str
+    seed: int
+    instruction: str
+    threshold: float = 1.0
+    browser: BrowserSettings = field(default_factory=lambda: BrowserSettings(viewport=VIEWPORT))
+    reward: RewardSettings = field(default_factory=RewardSettings)
+    family: TaskFamily = FAMILY
+
+    @property
+    def id(self) -> str:
+        return f"miniwob/{self.page}/{self.seed}"
+
+    @property
+    def site(self) -> str:
+        return f"miniwob/{self.page}"
+
+    @property
+    def prompt(self) -> str:
+        return self.instruction
+
+    async def setup(self, sandbox: AsyncSandbox) -> None:
+        instruction = await open_episode(sandbox, self.page, self.seed, self.browser)
+        if instruction != self.instruction:
+            raise BrowserError(f"{self.id}: the page asked {instruction!r}, not the instance's "
+                               f"{self.instruction!r}; its seeding is not deterministic")
+
+    def settled(self, trajectory: Trajectory) -> Outcome | None:
+        return None
+
+    async def grade(self, sandbox: AsyncSandbox, trajectory: Trajectory) -> Outcome:
+        browser = browser_of(sandbox)
+        await browser.call("events")  # flush: events the page sent after the last action arrive with this reply
+        verdict = RuleJudge().judge_episode(browser.events, self.threshold)
+        return gui_outcome(trajectory, verdict, self.reward)
+
+    async def next_action(self, browser: SandboxBrowser) -> dict[str, Any] | None:
+        """The oracle's next action, from ``miniwob_solvers.js`` run in the page."""
+        return await browser.call("evaluate", script=solvers_script(), argument=self.page)
+
+    def wrong_action(self, rng: random.Random, viewport: tuple[int, int]) -> dict[str, Any]:
+        """A click at a random point of the task area below the instruction."""
+        width, height = viewport
+        return {"tool": "click", "args": {"x": rng.randrange(width), "y": rng.randrange(60, height)}}
+
+
+SOLVERS_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "miniwob_solvers.js")
+
+
+@functools.cache
+def solvers_script() -> str:
+    with open(SOLVERS_SCRIPT, encoding="utf-8") as handle:
+        return handle.read()
+
+
+async def open_episode(sandbox: AsyncSandbox, page: str, seed: int, settings: BrowserSettings) -> str:
+    """Open ``page`` with ``seed`` in a fresh context of the sandbox's browser (started on first
+    use), and return its instruction (see the module docstring)."""
+    if page not in page_names():
+        raise ValueError(f"no MiniWoB page {page!r} in the miniwob package")
+    try:
+        browser = browser_of(sandbox)
+    except BrowserError:
+        browser = await SandboxBrowser.start(sandbox, settings)
+    root = await sandbox_pages(sandbox)
+    await browser.new_episode()
+    await browser.call("goto_url", url=f"file://{root}/miniwob/{page}.html")
+    ready = False
+    for _ in range(100):
+        if ready := await browser.call("evaluate", script=READY_SCRIPT):
+            break
+        await browser.call("wait", seconds=0.05)
+    if not ready:
+        raise BrowserError(f"the MiniWoB page {page} did not get ready")
+    await browser.call("evaluate", script=PREPARE_SCRIPT, argument=EPISODE_TIME_MS)
+    return await browser.call("evaluate", script=START_SCRIPT, argument=str(seed))
+
+
+async def build_instances(sandbox: AsyncSandbox, pages: Iterable[str], seeds: Sequence[int],
+                          settings: BrowserSettings = BrowserSettings(viewport=VIEWPORT)) -> list[MiniWoBTask]:
+    """The instances ``pages`` x ``seeds``, each with the instruction its page asks (read in
+    ``sandbox``'s browser, one page load each)."""
+    tasks = []
+    for page in pages:
+        threshold = CATALOGUE[page].threshold if page in CATALOGUE else 1.0
+        for seed in seeds:
+            instruction = await open_episode(sandbox, page, seed, settings)
+            tasks.append(MiniWoBTask(page, seed, instruction, threshold, settings))
+    return tasks
