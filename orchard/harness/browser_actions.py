@@ -177,8 +177,10 @@ class BrowserTabs:
         return f"opened {url}"
 
     async def do_go_back(self) -> str:
-        if await self.page.go_back(wait_until="load") is None:
+        # "commit", not "load": a page restored from the back-forward cache fires no load event
+        if await self.page.go_back(wait_until="commit") is None:
             return "there is no earlier page in this tab"
+        await self.page.wait_for_load_state("domcontentloaded")
         return f"went back to {self.page.url}"
 
     async def do_wait(self, seconds: float = 1.0) -> str:

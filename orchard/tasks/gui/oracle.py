@@ -37,8 +37,9 @@ class OracleTask(Protocol):
     @property
     def prompt(self) -> str: ...
 
-    async def next_action(self, browser: SandboxBrowser) -> dict[str, Any] | None:
-        """The next action (``{"tool", "args"}``) toward success, or ``None`` when none is left."""
+    async def next_action(self, browser: SandboxBrowser, memory: dict[str, Any]) -> dict[str, Any] | None:
+        """The next action (``{"tool", "args"}``) toward success, or ``None`` when none is left;
+        ``memory`` is the episode's, for plans that count their steps."""
         ...
 
     def wrong_action(self, rng: random.Random, viewport: tuple[int, int]) -> dict[str, Any]:
@@ -70,7 +71,7 @@ class GUIOracle:
         elif self.variant == "fail":
             action, thought = {"tool": "done", "args": {"response": "I could not complete the task."}}, "I am stuck."
         else:
-            action = await self.task.next_action(browser)
+            action = await self.task.next_action(browser, state["memory"])
             if action is None:
                 action = {"tool": "done", "args": {"response": ""}}
             thought = f"The task: {self.task.prompt} Next I {_describe(action)}."
@@ -80,7 +81,7 @@ class GUIOracle:
     def _plan(self, episode_seed: int) -> dict[str, Any]:
         rng = random.Random(f"{self.seed}/{episode_seed}")
         detours = set(rng.sample(range(4), rng.randint(1, 3))) if self.variant == "wander" else set()
-        return {"rng": rng, "detours": detours, "failed": False}
+        return {"rng": rng, "detours": detours, "failed": False, "memory": {}}
 
     @staticmethod
     def _detour(rng: random.Random, viewport: tuple[int, int]) -> dict[str, Any]:
