@@ -8,7 +8,7 @@ virtualenv's Python (the sandbox sees it; it does not see the ``orchard`` packag
 It launches Chromium through Playwright and answers on the sandbox's loopback:
 
 ``GET /health``            ``{"ok": true}`` once the browser is up
-``POST /context``          ``{"width", "height"}``: a fresh context (the previous one closed)
+``POST /context``          ``{"width", "height", "device_scale"}``: a fresh context (the previous one closed)
 ``POST /call``             ``{"name", "arguments"}``: ``{"result", "events"}``, or ``{"failed", "events"}``
                            for an action that could not be carried out; HTTP 500 when the browser failed
 
@@ -47,7 +47,7 @@ class Driver:
             await self.tabs.context.close()
         viewport = (int(body["width"]), int(body["height"]))
         context = await self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]},
-                                                 device_scale_factor=1)
+                                                 device_scale_factor=float(body.get("device_scale", 1.0)))
         self.tabs, self.sent = await BrowserTabs.open(context, viewport), 0
         return web.json_response({"ok": True})
 

@@ -68,10 +68,13 @@ class BrowserError(OrchardError):
 @dataclass(frozen=True)
 class BrowserSettings:
     """``viewport`` in CSS pixels (MiniWoB's pages are 160x210; the paper's sites a desktop);
-    ``start_timeout`` for the browser to answer; ``call_timeout`` for one action (a browser that
-    takes longer is hung); ``mode`` as in the module docstring."""
+    ``device_scale``: the device pixel ratio of the context (2 renders like a HiDPI screen;
+    screenshots stay at CSS scale, one image pixel per click coordinate); ``start_timeout`` for the
+    browser to answer; ``call_timeout`` for one action (a browser that takes longer is hung);
+    ``mode`` as in the module docstring."""
 
     viewport: tuple[int, int] = (160, 210)
+    device_scale: float = 1.0
     mode: Mode = "host"
     start_timeout: float = 30.0
     call_timeout: float = 30.0
@@ -191,10 +194,11 @@ class SandboxBrowser:
                     if self.tabs is not None:
                         await self.tabs.context.close()
                     context = await self._browser.new_context(viewport={"width": width, "height": height},
-                                                              device_scale_factor=1)
+                                                              device_scale_factor=self.settings.device_scale)
                     self.tabs = await BrowserTabs.open(context, (width, height))
                 else:
-                    await self._post("/context", {"width": width, "height": height})
+                    await self._post("/context", {"width": width, "height": height,
+                                                  "device_scale": self.settings.device_scale})
         except TimeoutError:
             raise await self._failure(f"the browser did not open a context in {self.settings.call_timeout:g} s") from None
         except BrowserError:
