@@ -51,17 +51,19 @@ _deleting: set[asyncio.Task] = set()  # strong references, so a pending delete i
 
 async def run_episode(client: AsyncSandboxClient, harness: Harness, policy: Policy, task: Task, *,
                       limits: Limits | None = None, seed: int | None = None, metadata: dict[str, Any] | None = None,
-                      setups: SetupCache | None = None) -> Trajectory:
+                      setups: SetupCache | None = None, pool: SandboxPool | None = None) -> Trajectory:
     """Run ``task`` once with ``harness`` and ``policy`` in a fresh sandbox (see the module docstring).
 
     ``limits`` replace the family's; ``seed`` (default: random) is the episode's; ``setups`` forks
-    the sandbox from the task's set-up snapshot. The grader's outcome replaces the trajectory's,
-    except its status, which stays the run's. ``metadata["episode_timing"]`` has the seconds spent
-    creating the sandbox, setting it up and grading.
+    the sandbox from the task's set-up snapshot; ``pool`` lends a sandbox an earlier episode of a
+    ``reusable`` family used, and takes it back after a clean end. The grader's outcome replaces
+    the trajectory's, except its status, which stays the run's. ``metadata["episode_timing"]`` has
+    the seconds spent creating the sandbox, setting it up and grading.
     """
+    pooled = pool is not None and task.family.reusable
     clock = time.monotonic()
-    box, ready = await episode_sandbox(client, task, setups)
-    timing = {"create_s": time.monotonic() - clock}
+    box, ready = await (pool.borrow(client, task) if pooled else episode_sandbox(client, task, setups))
+    timing, clean_end = {"create_s": time.monotonic() - clock}, False
     try:
         clock = time.monotonic()
         if not ready:
@@ -74,9 +76,12 @@ async def run_episode(client: AsyncSandboxClient, harness: Harness, policy: Poli
         timing["grade_s"] = time.monotonic() - clock
         trajectory.outcome = outcome.model_copy(update={"status": trajectory.outcome.status})
         trajectory.metadata["episode_timing"] = timing
+        clean_end = trajectory.end_reason is not None and trajectory.end_reason.graded
         return trajectory
     finally:
-        if box is not None:
+        if box is not None and pooled:
+            await pool.give_back(box, task, clean_end)
+        elif box is not None:
             await delete_sandbox(box)
 
 
@@ -178,6 +183,49 @@ class SetupCache:
         await self.close()
 
 
+class SandboxPool:
+    """Sandboxes kept between episodes of ``reusable`` families (one browser per sandbox, a fresh
+    context per episode), at most ``size`` idle ones per family.
+
+    An episode borrows an idle sandbox of its family (or creates one), sets the task up in it (the
+    set-up resets it), runs and grades in place. The sandbox goes back to the pool only after an
+    episode that ended cleanly; after a sandbox error, a time-out or any exception it is deleted,
+    so a crashed or hung browser never serves another episode. :meth:`close` deletes the idle ones
+    (use ``async with``). Without a pool, every episode has a sandbox of its own: the paper's setting.
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        if size < 1:
+            raise ValueError(f"a pool keeps at least one sandbox, got size={size}")
+        self.size = size
+        self.idle: dict[str, list[AsyncSandbox]] = {}
+
+    async def borrow(self, client: AsyncSandboxClient, task: Task) -> tuple[AsyncSandbox, bool]:
+        """An idle sandbox of the task's family, or a new one; never set up (the task's set-up resets it)."""
+        spare = self.idle.get(task.family.name)
+        return (spare.pop() if spare else await client.create(**task.family.sandbox)), False
+
+    async def give_back(self, box: AsyncSandbox, task: Task, clean_end: bool) -> None:
+        """Keep ``box`` for a later episode if its episode ended cleanly and there is room; else delete it."""
+        pooled = self.idle.setdefault(task.family.name, [])
+        if clean_end and len(pooled) < self.size:
+            pooled.append(box)
+        else:
+            await delete_sandbox(box)
+
+    async def close(self) -> None:
+        for boxes in self.idle.values():
+            for box in boxes:
+                await delete_sandbox(box)
+        self.idle.clear()
+
+    async def __aenter__(self) -> SandboxPool:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
 def failed_episode(task: Task, harness: Harness, policy: Policy, seed: int, error: BaseException,
                    metadata: dict[str, Any] | None = None) -> Trajectory:
     """The trajectory of an episode that broke outside the policy: aborted, reward ``None``."""
@@ -193,20 +241,21 @@ class EpisodeRunner:
     ``harness`` and ``policy`` are the defaults of every episode (each call may name others);
     ``limits`` (default: each task family's) bound the agent loop; ``episode_seconds`` bounds a
     whole episode, set-up and grading included (``None``: no bound); ``setups`` forks episodes from
-    their tasks' set-up snapshots. :meth:`run_one` never raises
+    their tasks' set-up snapshots; ``pool`` keeps the sandboxes of reusable families between
+    episodes. :meth:`run_one` never raises
     for one episode's failure (see the module docstring); cancellation still propagates.
     """
 
     def __init__(self, client: AsyncSandboxClient, harness: Harness | None = None, policy: Policy | None = None, *,
                  concurrency: int = 4, limits: Limits | None = None, episode_seconds: float | None = None,
-                 setups: SetupCache | None = None) -> None:
+                 setups: SetupCache | None = None, pool: SandboxPool | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if episode_seconds is not None and not episode_seconds > 0:
             raise ValueError(f"episode_seconds must be positive or None, got {episode_seconds}")
         self.client, self.harness, self.policy, self.limits = client, harness, policy, limits
         self.gate = asyncio.Semaphore(concurrency)
-        self.episode_seconds, self.setups = episode_seconds, setups
+        self.episode_seconds, self.setups, self.pool = episode_seconds, setups, pool
 
     async def run_one(self, task: Task, seed: int, *, harness: Harness | None = None, policy: Policy | None = None,
                       metadata: dict[str, Any] | None = None) -> Trajectory:
@@ -218,7 +267,7 @@ class EpisodeRunner:
             try:
                 async with asyncio.timeout(self.episode_seconds):
                     return await run_episode(self.client, harness, policy, task, limits=self.limits, seed=seed,
-                                             metadata=metadata, setups=self.setups)
+                                             metadata=metadata, setups=self.setups, pool=self.pool)
             except Exception as exc:  # TimeoutError included: the sandbox or the grader, not the policy
                 log.warning("episode %s/%d failed: %s: %s", task.id, seed, type(exc).__name__, exc)
                 return failed_episode(task, harness, policy, seed, exc, metadata)

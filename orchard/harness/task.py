@@ -47,6 +47,10 @@ class TaskFamily:
     patch). Use it wherever the answer can be carried out of the sandbox as data: nothing the
     policy did to its sandbox can then reach the grader. Families whose state only exists in the
     episode's sandbox (tool services' logs, a browser's page) grade in place.
+
+    ``reusable``: a task's set-up resets a sandbox an earlier episode used (a browser gets a fresh
+    context), so a :class:`~orchard.harness.episode.SandboxPool` may keep its sandboxes between
+    episodes instead of making one per episode.
     """
 
     name: str
@@ -54,6 +58,7 @@ class TaskFamily:
     limits: Limits = field(default_factory=Limits)
     setup_in_files: bool = False
     pristine_grading: bool = False
+    reusable: bool = False
 
 
 @runtime_checkable

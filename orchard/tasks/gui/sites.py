@@ -145,6 +145,7 @@ FAMILY = TaskFamily(
     name="gui-sites",
     sandbox={"cpu": 1.0, "memory": "2Gi", "pids": 1024, "network": "none", "ttl": 600.0},
     limits=Limits(max_steps=15, time_limit=300.0, max_format_errors=3),
+    reusable=True,  # the set-up opens a fresh browser context: a pool may keep the sandbox
 )
 
 
