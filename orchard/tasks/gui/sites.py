@@ -43,6 +43,7 @@ from orchard.data.trajectory import Outcome, Trajectory
 from orchard.env.client import AsyncSandbox
 from orchard.harness.chromium import BrowserError, BrowserSettings, SandboxBrowser, browser_of
 from orchard.harness.core import Limits
+from orchard.harness.seeds import derive_seed
 from orchard.harness.task import TaskFamily
 from orchard.tasks.gui.judges import RewardSettings, RuleJudge, gui_outcome
 
@@ -109,7 +110,7 @@ class Shop:
 
     @classmethod
     def generate(cls, seed: int) -> Shop:
-        rng = random.Random(f"orchard-gui-shop/{seed}")
+        rng = random.Random(derive_seed("gui-shop", seed))
         names = rng.sample([f"{a} {t}" for a in ADJECTIVES for t in THINGS], 6)
         prices = rng.sample(range(500, 9900, 25), 6)  # distinct: "the cheaper" always has one answer
         products = tuple((name, name.lower().replace(" ", "-"), price, rng.randrange(0, 40))
@@ -177,7 +178,7 @@ class SiteTask:
         return f"site/{self.kind}"
 
     def _picks(self) -> tuple[tuple[str, str, int, int], tuple[str, str, int, int], tuple[int, str]]:
-        rng = random.Random(f"orchard-gui-intent/{self.kind}/{self.seed}")
+        rng = random.Random(derive_seed("gui-intent", self.kind, self.seed))
         first, second = rng.sample(self.shop.products, 2)
         return first, second, rng.choice(self.shop.orders)
 
