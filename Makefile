@@ -71,9 +71,12 @@ test: test-deps $(TEST_STAMP)
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS) tests notebooks --nbmake
 
 # google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own; so does
-# LiteLLM's proxy (its extra pins other FastAPI and uvicorn, and from 1.85 needs a package the registry lacks).
+# LiteLLM's proxy (its extra pins other FastAPI and uvicorn, and from 1.85 needs a package the registry lacks),
+# and so does BrowserGym, the GUI benchmark's peer (browsergym-miniwob pins playwright==1.44; it drives Debian's
+# chromium, never a browser Playwright downloads: benchmarks/gui_peers.py).
 TUNIX_VENV := .venv-bench-tunix
 LITELLM_VENV := .venv-bench-litellm
+BROWSERGYM_VENV := .venv-bench-browsergym
 
 bench: test-deps $(TEST_STAMP)
 	$(PIP) -e ".[bench]"
@@ -85,6 +88,11 @@ bench: test-deps $(TEST_STAMP)
 	test -x $(LITELLM_VENV)/bin/litellm || (python3 -m venv $(LITELLM_VENV) && \
 	  $(LITELLM_VENV)/bin/python -m pip install -q "litellm[proxy]==1.84.0")
 	$(PY) experiments/proxy_bench/run.py --markdown docs/benchmarks.md --litellm $(LITELLM_VENV)/bin/litellm
+	$(BROWSERGYM_VENV)/bin/python -c 'import browsergym.miniwob, miniwob, psutil' 2>/dev/null || \
+	  (python3 -m venv $(BROWSERGYM_VENV) && $(BROWSERGYM_VENV)/bin/python -m pip install -q --only-binary=:all: \
+	  "browsergym-miniwob==0.14.3" "miniwob==1.1.0" psutil numpy)
+	$(PY) experiments/gui_bench/run.py --markdown docs/benchmarks.md --browsergym $(BROWSERGYM_VENV)/bin/python \
+	  --selenium $(PY)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
