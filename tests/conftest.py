@@ -238,3 +238,42 @@ def proxy(smollm2_server, tmp_path_factory) -> Iterator[Proxy]:
     args = ["proxy", "--upstream", smollm2_server.url, "--records", records, "--admin-key", ADMIN, "--port", str(port)]
     for _ in cli_server(args, port, log_path, timeout=60):
         yield Proxy(f"http://127.0.0.1:{port}", records)
+
+
+@dataclass
+class ScriptedChat:
+    """A scripted OpenAI-compatible chat server on loopback: ``replies`` are answered in order (a
+    string is the assistant's content, a dict the whole assistant message, an int an HTTP error
+    status); every request body is kept in ``requests``."""
+
+    url: str
+    replies: list
+    requests: list
+
+
+@pytest.fixture
+async def scripted_chat() -> AsyncIterator[ScriptedChat]:
+    from aiohttp import web
+
+    chat = ScriptedChat("", [], [])
+
+    async def complete(request: web.Request) -> web.Response:
+        chat.requests.append(await request.json())
+        reply = chat.replies.pop(0)
+        if isinstance(reply, int):
+            return web.json_response({"error": {"message": "scripted failure"}}, status=reply)
+        message = reply if isinstance(reply, dict) else {"role": "assistant", "content": reply}
+        return web.json_response({"choices": [{"message": message, "finish_reason": "stop"}],
+                                  "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+
+    app = web.Application(client_max_size=64 << 20)
+    app.add_routes([web.post("/v1/chat/completions", complete)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    chat.url = f"http://127.0.0.1:{port}/v1"
+    try:
+        yield chat
+    finally:
+        await runner.cleanup()

@@ -22,6 +22,7 @@ the turn number.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import json
 import threading
@@ -32,6 +33,7 @@ import httpx
 
 from orchard.data.chat import ChatFormat
 from orchard.data.examples import ContextView
+from orchard.data.images import ImageStore, recent_images
 from orchard.data.trajectory import Message, ToolCall, token_digest
 from orchard.harness.core import ContextLimitExceeded, Conversation, Turn
 from orchard.harness.seeds import turn_seed
@@ -143,13 +145,18 @@ class OpenAIChatPolicy:
 
     The token budget is checked after each turn from the server's ``usage``; the server is not
     asked to stop early, because the prompt length is not known before it renders the chat.
+
+    Images: with an ``images`` store, the screenshots of the last ``context_images`` user messages
+    that carry any are sent as ``image_url`` parts (data URIs) after the message's text; earlier ones
+    are left out of the request (the paper keeps k = 1), as are all without a store.
     """
 
     def __init__(self, base_url: str, model: str, *, api_key: str = "EMPTY", max_tokens: int = 4096,
                  temperature: float = 1.0, top_p: float = 1.0, seed: int | None = None, logprobs: bool = False,
                  return_token_ids: bool = False, send_reasoning: bool = True,
                  extra_body: dict[str, Any] | None = None, timeout: float = 600.0, max_retries: int = 2,
-                 http_client: httpx.AsyncClient | None = None, name: str | None = None) -> None:
+                 http_client: httpx.AsyncClient | None = None, name: str | None = None,
+                 images: ImageStore | None = None, context_images: int | None = 1) -> None:
         if max_tokens < 1 or temperature < 0 or not 0 < top_p <= 1 or max_retries < 0:
             raise ValueError("invalid sampling settings: need max_tokens >= 1, temperature >= 0, 0 < top_p <= 1 "
                              "and max_retries >= 0")
@@ -159,10 +166,12 @@ class OpenAIChatPolicy:
         self.settings = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
         self.seed, self.logprobs, self.return_token_ids = seed, logprobs, return_token_ids
         self.send_reasoning, self.extra_body = send_reasoning, dict(extra_body or {})
+        self.images, self.context_images = images, context_images
 
     async def act(self, conversation: Conversation, *, max_context: int | None = None) -> Turn:
-        body: dict[str, Any] = {"model": self.model, "messages": [self._wire(m) for m in conversation.messages],
-                                **self.settings}
+        shown = recent_images(conversation.messages, self.context_images) if self.images is not None else set()
+        body: dict[str, Any] = {"model": self.model, **self.settings,
+                                "messages": [self._wire(m, i in shown) for i, m in enumerate(conversation.messages)]}
         if conversation.tools:
             body["tools"] = conversation.tools
         if self.seed is not None:
@@ -182,9 +191,15 @@ class OpenAIChatPolicy:
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise PolicyError(f"unusable chat-completions reply ({exc!r}): {json.dumps(reply)[:500]}") from exc
 
-    def _wire(self, message: Message) -> dict[str, Any]:
-        """The OpenAI request shape of a message (tool-call arguments as JSON strings)."""
+    def _wire(self, message: Message, with_images: bool = False) -> dict[str, Any]:
+        """The OpenAI request shape of a message (tool-call arguments as JSON strings; a user
+        message's images as ``image_url`` parts when ``with_images``)."""
         wire: dict[str, Any] = {"role": message.role, "content": message.content}
+        if with_images and message.role == "user" and self.images is not None:
+            wire["content"] = [{"type": "text", "text": message.content}, *(
+                {"type": "image_url", "image_url": {"url": f"data:{ref.media_type};base64,"
+                                                           + base64.b64encode(self.images.read(ref)).decode()}}
+                for ref in message.images)]
         if message.role == "assistant":
             if message.reasoning is not None and self.send_reasoning:
                 wire["reasoning_content"] = message.reasoning

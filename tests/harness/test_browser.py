@@ -19,7 +19,7 @@ from orchard.harness.browser import TOOL_NAMES, TOOLS, BrowserHarness, screensho
 from orchard.harness.chromium import BrowserError, BrowserSettings, SandboxBrowser, browser_of
 from orchard.harness.core import FormatError, Limits, Turn, run_agent
 from orchard.harness.episode import run_episode
-from orchard.harness.policies import EnginePolicy
+from orchard.harness.policies import EnginePolicy, OpenAIChatPolicy
 from orchard.rollout.types import SamplingParams
 from orchard.tasks.gui.sites import ORIGIN, SiteTask
 from tests.conftest import require_root
@@ -218,3 +218,31 @@ async def test_a_browser_that_dies_or_hangs_mid_episode_is_a_dropped_rollout(acl
 def test_no_browser_in_a_sandbox_is_a_clear_error(sandbox):
     with pytest.raises(BrowserError, match="no browser was started"):
         sandbox.run_async(browser_of)
+
+
+async def test_a_chat_policy_sends_only_the_latest_screenshot(aclient, scripted_chat, tmp_path):
+    """Over an OpenAI-compatible endpoint, a browser episode sends the last k = 1 screenshots as
+    image parts of user messages, and tool calls come back as the tools' answers."""
+    require_root()
+    task = SiteTask("goto_url", 5)
+    scripted_chat.replies += [
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "a", "type": "function", "function": {
+            "name": "goto_url", "arguments": json.dumps({"url": f"{ORIGIN}/orders.html"})}}]},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "b", "type": "function", "function": {
+            "name": "wait", "arguments": json.dumps({"seconds": 0})}}]},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {
+            "name": "done", "arguments": json.dumps({"response": task.answer})}}]}]
+    store = ImageStore(tmp_path)
+    policy = OpenAIChatPolicy(scripted_chat.url, "vlm", images=store, context_images=1)
+    try:
+        trajectory = await run_episode(aclient, BrowserHarness(images=store), policy, task)
+    finally:
+        await policy.aclose()
+    assert trajectory.outcome.reward == 1.0
+    for request in scripted_chat.requests:
+        parts = [part for message in request["messages"] if isinstance(message["content"], list)
+                 for part in message["content"] if part["type"] == "image_url"]
+        assert len(parts) == 1 and parts[0]["image_url"]["url"].startswith("data:image/png;base64,iVBOR")
+        assert request["tools"][0]["function"]["name"] == "click"
+    last = scripted_chat.requests[-1]["messages"]
+    assert isinstance(last[-1]["content"], list) and isinstance(last[2]["content"], str)  # older screenshots dropped

@@ -27,10 +27,12 @@ from tqdm.auto import tqdm
 
 from orchard.data.trajectory import Trajectory
 from orchard.eval.splits import held_out_ids
+from orchard.harness.browser import screenshots
 from orchard.harness.core import Policy
 from orchard.harness.episode import EpisodeRunner
 from orchard.harness.seeds import episode_seed
 from orchard.harness.task import Task
+from orchard.tasks.gui.judges import LLMJudge, Verdict
 from orchard.tasks.gui.oracle import VARIANTS, GUIOracle
 
 HELD_OUT_SEED_START = 1_000_000  # held-out-by-seed instances draw their seeds from here up; training below
@@ -81,23 +83,42 @@ class Collection:
     trajectories: list[Trajectory]
     kept: list[Trajectory]
 
-    def summary(self) -> dict[str, float | int]:
+    def summary(self) -> dict[str, float | int | None]:
         done = [t for t in self.trajectories if t.outcome.reward is not None]
         return {"episodes": len(self.trajectories), "dropped": len(self.trajectories) - len(done),
                 "success_rate": sum(t.outcome.resolved for t in done) / max(len(done), 1),
-                "kept": len(self.kept), "mean_kept_actions": sum(t.num_actions for t in self.kept) / max(len(self.kept), 1)}
+                "kept": len(self.kept), "mean_kept_actions": sum(t.num_actions for t in self.kept) / max(len(self.kept), 1),
+                **judge_agreement(self.trajectories)}
+
+
+def judge_agreement(trajectories: Sequence[Trajectory]) -> dict[str, float | int | None]:
+    """How often the LLM judge agreed with the rule judge, over the episodes both gave a verdict of
+    success or failure (``llm_verdict`` in the metadata: :func:`collect` with a ``judge``)."""
+    pairs = [(t.metadata["verdict"], t.metadata["llm_verdict"]) for t in trajectories
+             if {t.metadata.get("verdict"), t.metadata.get("llm_verdict")} <= {Verdict.SUCCESS, Verdict.FAILURE}]
+    unknown = sum(t.metadata.get("llm_verdict") == Verdict.UNKNOWN for t in trajectories)
+    return {"judge_pairs": len(pairs), "judge_unknown": unknown,
+            "judge_agreement": sum(a == b for a, b in pairs) / len(pairs) if pairs else None}
 
 
 async def collect(runner: EpisodeRunner, tasks: Sequence[GUITask], *, samples: int = 3, cap_per_site: int = 20,
-                  teacher: TeacherFactory = oracle_teacher, run_seed: int = 0, progress: bool = True) -> Collection:
+                  teacher: TeacherFactory = oracle_teacher, run_seed: int = 0, progress: bool = True,
+                  judge: LLMJudge | None = None, judge_screenshots: int = 3) -> Collection:
     """Run the teacher ``samples`` times on every task through ``runner`` (whose harness is the
-    browser harness), then keep the shortest success per instance under the per-site cap."""
+    browser harness), then keep the shortest success per instance under the per-site cap. With an
+    LLM ``judge``, every graded episode is also judged by it (the intent, the final response and the
+    last ``judge_screenshots`` screenshots) and the summary reports how often the two judges agree;
+    the rule judge's verdict still decides the reward."""
     jobs = [(task, sample) for task in tasks for sample in range(samples)]
     bar = tqdm(total=len(jobs), desc="GUI teacher episodes", unit="episode", disable=not progress)
 
     async def one(task: GUITask, sample: int) -> Trajectory:
         trajectory = await runner.run_one(task, episode_seed(run_seed, "gui-collect", task.id, sample),
                                           policy=teacher(task, sample), metadata={"sample": sample, "site": task.site})
+        if judge is not None and "verdict" in trajectory.metadata:
+            shots = screenshots(trajectory, runner.harness.images, last=judge_screenshots)
+            verdict = await judge.judge(task.prompt, trajectory.metadata.get("submission"), shots)
+            trajectory.metadata.update(llm_verdict=str(verdict.verdict), llm_reason=verdict.reason)
         bar.update()
         return trajectory
 

@@ -7,10 +7,8 @@ import base64
 import json
 
 import pytest
-from aiohttp import web
 
 from orchard.data.trajectory import EndReason, Message, Trajectory
-from orchard.env.local import free_port
 from orchard.tasks.gui.judges import (
     Judgement,
     LLMJudge,
@@ -76,35 +74,11 @@ def test_verdicts_are_parsed_leniently_and_unknown_otherwise():
     assert parse_verdict('{"verdict": "maybe"}').verdict == Verdict.UNKNOWN
 
 
-@pytest.fixture
-async def judge_server():
-    """A scripted chat-completions server on loopback: replies in order, recording each request."""
-    replies: list = []
-    requests: list[dict] = []
-
-    async def complete(request: web.Request) -> web.Response:
-        requests.append(await request.json())
-        status, text = replies.pop(0)
-        if status != 200:
-            return web.json_response({"error": {"message": "overloaded"}}, status=status)
-        return web.json_response({"choices": [{"message": {"role": "assistant", "content": text}}]})
-
-    app = web.Application()
-    app.add_routes([web.post("/v1/chat/completions", complete)])
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}/v1", replies, requests
-    await runner.cleanup()
-
-
-async def test_the_llm_judge_sees_the_intent_response_and_screenshots(judge_server):
-    url, replies, requests = judge_server
-    judge = LLMJudge(url, "judge-model", max_retries=1)
+async def test_the_llm_judge_sees_the_intent_response_and_screenshots(scripted_chat):
+    replies, requests = scripted_chat.replies, scripted_chat.requests
+    judge = LLMJudge(scripted_chat.url, "judge-model", max_retries=1)
     png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
-    replies += [(200, json.dumps({"verdict": "success", "reason": "the price is right"})),
-                (200, "no idea"), (500, ""), (500, "")]
+    replies += [json.dumps({"verdict": "success", "reason": "the price is right"}), "no idea", 500, 500]
     try:
         verdict = await judge.judge("Find the price", "$12.50", [png, png])
         assert verdict.verdict == Verdict.SUCCESS and verdict.reason == "the price is right"
