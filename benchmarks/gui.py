@@ -50,10 +50,14 @@ def quantiles(samples: list[float]) -> dict[str, float]:
     return {"p50": round(percentile(samples, 50), 2), "p99": round(percentile(samples, 99), 2), "n": len(samples)}
 
 
-def browser_tree_mb(mode: str) -> dict[str, float]:
-    """RSS and PSS (MB) of the one browser's process tree on this host (sandboxed processes are host processes)."""
-    marker = "--remote-debugging-port=" if mode == "host" else "browser_driver.py"
-    roots = [p for p in psutil.process_iter(["cmdline"]) if any(marker in part for part in p.info["cmdline"] or [])]
+def browser_tree_mb(browser: SandboxBrowser) -> dict[str, float]:
+    """RSS and PSS (MB) of one sandbox's browser process tree, found on this host (sandboxed processes
+    are host processes) by the switch that names its sandbox (in driver mode, the driver's tree)."""
+    def tagged(process: psutil.Process) -> bool:
+        return any(browser.tag in part for part in process.info["cmdline"] or [])
+
+    matches = [p for p in psutil.process_iter(["cmdline"]) if tagged(p)]
+    roots = [p for p in matches if not any(p.pid in {c.pid for c in q.children(recursive=True)} for q in matches)]
     tree = {p.pid: p for root in roots for p in [root, *root.children(recursive=True)]}
     rss = pss = 0
     for process in tree.values():
@@ -105,7 +109,7 @@ async def measure_orchard(client, mode: str, n: int, seconds: float, concurrency
             await browser.call("screenshot")
             shots.append((time.perf_counter() - clock) * 1000)
             bar.update()
-        result["memory_mb_per_browser"] = browser_tree_mb(mode)
+        result["memory_mb_per_browser"] = browser_tree_mb(browser)
         result["browser_start_s"] = round(browser.started_s, 3)
         await browser.close()
     finally:
@@ -152,11 +156,20 @@ def run_peer(command: list[str]) -> dict[str, Any]:
         done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"system": command[-1], "error": f"{type(exc).__name__}: {exc}"}
+    system = command[command.index("--system") + 1]
     try:
-        return json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout.strip() else {
-            "system": " ".join(command), "error": f"exit {done.returncode}: {done.stderr[-500:]}"}
+        result = json.loads(done.stdout)
     except json.JSONDecodeError:
-        return {"system": " ".join(command), "error": f"unreadable output: {done.stdout[-300:]}"}
+        return {"system": system, "error": f"exit {done.returncode}, unreadable output: {done.stdout[-300:]} "
+                                           f"{done.stderr[-300:]}"}
+    # The peers' script keeps its own shapes: episodes per minute with their counts, memory in rss_mb/pss_mb.
+    result["episodes_per_minute"] = {k: v["episodes_per_minute"] if isinstance(v, dict) else v
+                                     for k, v in result.get("episodes_per_minute", {}).items()}
+    memory = result.get("memory_mb_per_browser") or {}
+    if "rss_mb" in memory:
+        result["memory_mb_per_browser"] = {"rss": memory["rss_mb"], "pss": memory["pss_mb"],
+                                           "processes": memory.get("processes")}
+    return result
 
 
 def run_gui_bench(n: int, seconds: float, concurrency: tuple[int, ...], peers: dict[str, str | None],
@@ -193,6 +206,8 @@ def ratios(systems: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
             continue
         row = {f"{metric}_p50": round(base[metric]["p50"] / peer[metric]["p50"], 2)
                for metric in ("reset_ms", "step_ms", "screenshot_ms") if metric in peer}
+        if "step_ms_nonterminal" in peer:  # a step whose observation is full (a terminal one may be empty)
+            row["step_ms_vs_full_observation_p50"] = round(base["step_ms"]["p50"] / peer["step_ms_nonterminal"]["p50"], 2)
         for workers, rate in base["episodes_per_minute"].items():
             if workers in peer.get("episodes_per_minute", {}) and peer["episodes_per_minute"][workers]:
                 row[f"episodes_per_minute_{workers}"] = round(rate / peer["episodes_per_minute"][workers], 2)
@@ -205,11 +220,12 @@ def render_gui_bench(summary: dict[str, Any]) -> str:
              f"Page `{summary['page']}`; command: `{summary['command']}`; {summary['machine']['cpus']} CPUs. "
              "Latencies in ms (p50 / p99); episodes per minute at concurrency 1, 2, 4; memory of one browser's "
              "process tree (RSS / PSS, MB).", "",
-             "| system | reset | cold reset | step (click + observation) | screenshot | episodes/min | memory |",
-             "|---|---|---|---|---|---|---|"]
+             "| system | reset | cold reset | step (click + observation) | step, full observation | screenshot "
+             "| episodes/min | memory |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in summary["systems"]:
         if "error" in s:
-            lines.append(f"| {s['system']} | could not run: {s['error']} | | | | | |")
+            lines.append(f"| {s['system']} | could not run: {s['error']} | | | | | | |")
             continue
 
         def q(key: str, s: dict[str, Any] = s) -> str:
@@ -217,7 +233,8 @@ def render_gui_bench(summary: dict[str, Any]) -> str:
 
         rates = " / ".join(f"{v:g}" for v in s.get("episodes_per_minute", {}).values())
         memory = s.get("memory_mb_per_browser", {})
-        lines.append(f"| {s['system']} | {q('reset_ms')} | {q('cold_reset_ms')} | {q('step_ms')} | {q('screenshot_ms')} "
+        full = q("step_ms_nonterminal") if "step_ms_nonterminal" in s else q("step_ms")
+        lines.append(f"| {s['system']} | {q('reset_ms')} | {q('cold_reset_ms')} | {q('step_ms')} | {full} | {q('screenshot_ms')} "
                      f"| {rates} | {memory.get('rss', '-')} / {memory.get('pss', '-')} |")
     lines += ["", "Orchard (host mode) over each peer (below 1 is faster for latencies; above 1 is more episodes):", ""]
     for peer, row in summary["ratios"].items():

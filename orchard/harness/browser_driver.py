@@ -32,6 +32,8 @@ class Driver:
         self.browser: Any = None
         self.tabs: BrowserTabs | None = None
         self.sent = 0
+        self.spare: tuple[tuple[int, int, float], asyncio.Future] | None = None  # the next context, made ahead
+        self.pending: set[asyncio.Future] = set()
 
     async def start(self, app: web.Application) -> None:
         self.playwright = await async_playwright().start()
@@ -42,14 +44,36 @@ class Driver:
         return web.json_response({"ok": self.browser is not None and self.browser.is_connected()})
 
     async def context(self, request: web.Request) -> web.Response:
+        """A fresh context: the one made ahead at the previous request when its settings match (the
+        next is made now, in the background), the previous episode's closed in the background."""
         body = await request.json()
+        settings = (int(body["width"]), int(body["height"]), float(body.get("device_scale", 1.0)))
         if self.tabs is not None:
-            await self.tabs.context.close()
-        viewport = (int(body["width"]), int(body["height"]))
-        context = await self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]},
-                                                 device_scale_factor=float(body.get("device_scale", 1.0)))
-        self.tabs, self.sent = await BrowserTabs.open(context, viewport), 0
+            self.background(self.tabs.context.close())
+        spare, self.spare = self.spare, None
+        if spare is not None and spare[0] == settings:
+            tabs = await spare[1]
+        else:
+            if spare is not None:
+                self.background(self.discard(spare[1]))
+            tabs = await self.new_tabs(settings)
+        self.spare = (settings, asyncio.ensure_future(self.new_tabs(settings)))
+        self.tabs, self.sent = tabs, 0
         return web.json_response({"ok": True})
+
+    async def new_tabs(self, settings: tuple[int, int, float]) -> BrowserTabs:
+        """A fresh context with its event binding and one blank tab."""
+        context = await self.browser.new_context(viewport={"width": settings[0], "height": settings[1]},
+                                                 device_scale_factor=settings[2])
+        return await BrowserTabs.open(context, settings[:2])
+
+    async def discard(self, pending: asyncio.Future) -> None:
+        await (await pending).context.close()
+
+    def background(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self.pending.add(task)
+        task.add_done_callback(lambda done: self.pending.discard(done) or done.cancelled() or done.exception())
 
     async def call(self, request: web.Request) -> web.Response:
         body = await request.json()

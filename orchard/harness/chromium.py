@@ -91,21 +91,32 @@ def browser_of(sandbox: AsyncSandbox) -> SandboxBrowser:
     return browser
 
 
-class _SharedPlaywright:
-    """One Playwright (a node process) per event loop, shared by every browser on the host."""
+class _PerLoop:
+    """What every browser on the host shares, one per event loop: Playwright (a node process) for the
+    host mode, an HTTP session for the driver mode (so that no browser leaves a session behind when
+    its sandbox is deleted under it)."""
 
-    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+    _playwright: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+    _http: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = weakref.WeakKeyDictionary()
     _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
 
     @classmethod
-    async def get(cls) -> Any:
+    async def playwright(cls) -> Any:
         from playwright.async_api import async_playwright
 
         loop = asyncio.get_running_loop()
         async with cls._locks.setdefault(loop, asyncio.Lock()):
-            if loop not in cls._by_loop:
-                cls._by_loop[loop] = await async_playwright().start()
-            return cls._by_loop[loop]
+            if loop not in cls._playwright:
+                cls._playwright[loop] = await async_playwright().start()
+            return cls._playwright[loop]
+
+    @classmethod
+    def http(cls) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        session = cls._http.get(loop)
+        if session is None or session.closed:
+            session = cls._http[loop] = aiohttp.ClientSession()
+        return session
 
 
 class SandboxBrowser:
@@ -117,7 +128,9 @@ class SandboxBrowser:
         self.process_id: str | None = None
         self.tabs: BrowserTabs | None = None  # host mode
         self._browser: Any = None
-        self._http: aiohttp.ClientSession | None = None  # driver mode
+        self._spare: asyncio.Future | None = None  # host mode: the next episode's tabs, made ahead
+        self._closing: set[asyncio.Future] = set()  # earlier episodes' contexts, closing in the background
+        self._driver_up = False
         self._events_seen = 0
         self.events: list[dict[str, Any]] = []  # what the pages reported, this episode
         self.started_s = 0.0
@@ -138,12 +151,12 @@ class SandboxBrowser:
         return browser
 
     async def _start_host(self) -> None:
-        command = [CHROMIUM, *CHROMIUM_FLAGS, f"--remote-debugging-port={DEVTOOLS_PORT}",
+        command = [CHROMIUM, *CHROMIUM_FLAGS, f"--remote-debugging-port={DEVTOOLS_PORT}", self.tag,
                    "--remote-debugging-address=127.0.0.1", "--user-data-dir=/tmp/chromium-profile", "about:blank"]
         self.process_id = (await self.sandbox.start_process(command, name="chromium")).id
         version = await self._wait_for("/json/version")
         path = version["webSocketDebuggerUrl"].split(f":{DEVTOOLS_PORT}", 1)[1]
-        playwright = await _SharedPlaywright.get()
+        playwright = await _PerLoop.playwright()
         self._browser = await playwright.chromium.connect_over_cdp(
             self.sandbox.port_url(DEVTOOLS_PORT, path, websocket=True), headers=self.sandbox.port_headers)
 
@@ -152,9 +165,10 @@ class SandboxBrowser:
         for name in ("browser_actions.py", "browser_driver.py"):
             await self.sandbox.upload_file(os.path.join(here, name), f"{DRIVER_DIR}/{name}")
         command = [sys.executable, f"{DRIVER_DIR}/browser_driver.py", "--port", str(DRIVER_PORT),
-                   "--chromium", CHROMIUM, *(f"--flag={flag}" for flag in CHROMIUM_FLAGS)]
+                   "--chromium", CHROMIUM, *(f"--flag={flag}" for flag in (*CHROMIUM_FLAGS, self.tag))]
         self.process_id = (await self.sandbox.start_process(command, name="browser-driver", cwd=DRIVER_DIR)).id
         await self._wait_for("/health")
+        self._driver_up = True
 
     async def _wait_for(self, path: str) -> Any:
         """GET ``path`` on the browser's port until it answers; an exited process is an error at once."""
@@ -172,6 +186,11 @@ class SandboxBrowser:
                     raise BrowserError(f"the browser exited with {process.exit_code} while starting: "
                                        f"{await self._log_tail()}")
                 await asyncio.sleep(0.05)
+
+    @property
+    def tag(self) -> str:
+        """A switch Chromium ignores, naming the sandbox: the browser's processes are found by it on the host."""
+        return f"--orchard-sandbox={self.sandbox.id}"
 
     async def _log_tail(self, lines: int = 5) -> str:
         if self.process_id is None:
@@ -191,11 +210,13 @@ class SandboxBrowser:
         try:
             async with asyncio.timeout(self.settings.call_timeout):
                 if self.settings.mode == "host":
-                    if self.tabs is not None:
-                        await self.tabs.context.close()
-                    context = await self._browser.new_context(viewport={"width": width, "height": height},
-                                                              device_scale_factor=self.settings.device_scale)
-                    self.tabs = await BrowserTabs.open(context, (width, height))
+                    if self.tabs is not None:  # closed in the background: the next episode need not wait
+                        closing = asyncio.ensure_future(self.tabs.context.close())
+                        self._closing.add(closing)
+                        closing.add_done_callback(self._closed_context)
+                    self.tabs = await (self._spare or self._new_tabs())
+                    self._spare = asyncio.ensure_future(self._new_tabs())  # the next episode's, made now
+                    self._spare.add_done_callback(lambda spare: spare.cancelled() or spare.exception())
                 else:
                     await self._post("/context", {"width": width, "height": height,
                                                   "device_scale": self.settings.device_scale})
@@ -205,6 +226,18 @@ class SandboxBrowser:
             raise
         except Exception as exc:
             raise await self._failure(f"the browser could not open a context: {type(exc).__name__}: {exc}") from exc
+
+    async def _new_tabs(self) -> BrowserTabs:
+        """A fresh context with its event binding and one blank tab."""
+        width, height = self.settings.viewport
+        context = await self._browser.new_context(viewport={"width": width, "height": height},
+                                                  device_scale_factor=self.settings.device_scale)
+        return await BrowserTabs.open(context, (width, height))
+
+    def _closed_context(self, closing: asyncio.Future) -> None:
+        self._closing.discard(closing)
+        if not closing.cancelled() and closing.exception() is not None:
+            log.debug("closing an earlier context of %s: %s", self.sandbox.id, closing.exception())
 
     async def call(self, name: str, **arguments: Any) -> Any:
         """Run a browser action (:mod:`orchard.harness.browser_actions`): its result, or
@@ -237,7 +270,7 @@ class SandboxBrowser:
         if self.settings.mode == "host":
             return self._browser is not None and self._browser.is_connected() and not (
                 self.tabs is not None and self.tabs.crashed)
-        return self._http is not None and not self._http.closed
+        return self._driver_up
 
     async def _failure(self, what: str) -> BrowserError:
         """A :class:`BrowserError` saying what happened and what the browser's process says."""
@@ -252,12 +285,12 @@ class SandboxBrowser:
         return BrowserError(f"{what}{state}: {await self._log_tail(3)}")
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(headers=self.sandbox.port_headers)
         try:
-            async with self._http.post(self.sandbox.port_url(DRIVER_PORT, path), json=body) as reply:
+            async with _PerLoop.http().post(self.sandbox.port_url(DRIVER_PORT, path), json=body,
+                                            headers=self.sandbox.port_headers) as reply:
                 payload = await reply.json(content_type=None)
         except (aiohttp.ClientError, ValueError) as exc:
+            self._driver_up = False
             raise await self._failure(f"the browser driver did not answer: {type(exc).__name__}: {exc}") from exc
         if reply.status != 200:
             raise await self._failure(f"the browser driver failed: {payload.get('error', payload)}")
@@ -266,8 +299,8 @@ class SandboxBrowser:
     async def close(self) -> None:
         """Disconnect (the sandbox's deletion ends the browser itself)."""
         _browsers.pop(self.sandbox, None)
-        if self._http is not None:
-            await self._http.close()
+        if self._spare is not None:
+            self._spare.cancel()
         if self._browser is not None:
             try:
                 await self._browser.close()
