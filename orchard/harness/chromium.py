@@ -262,6 +262,8 @@ class SandboxBrowser:
             raise await self._failure(f"the browser did not answer {name} in {self.settings.call_timeout:g} s "
                                       "(hung)") from None
         except ActionFailed:
+            if self.settings.mode == "host" and self.tabs is not None and self.tabs.crashed:
+                raise await self._failure(f"the page's renderer crashed during {name} (out of memory, or killed)") from None
             if not self.alive():  # the "action" failed because the browser went away
                 raise await self._failure(f"the browser went away during {name}") from None
             raise

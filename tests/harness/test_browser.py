@@ -20,6 +20,7 @@ from orchard.harness.chromium import BrowserError, BrowserSettings, SandboxBrows
 from orchard.harness.core import FormatError, Limits, Turn, run_agent
 from orchard.harness.episode import run_episode
 from orchard.harness.policies import EnginePolicy, OpenAIChatPolicy
+from orchard.harness.task import FunctionTask, TaskFamily
 from orchard.rollout.types import SamplingParams
 from orchard.tasks.gui.sites import ORIGIN, SiteTask
 from tests.conftest import require_root
@@ -213,6 +214,36 @@ async def test_a_browser_that_dies_or_hangs_mid_episode_is_a_dropped_rollout(acl
     assert "BrowserError" in trajectory.metadata["error"]
     assert ("hung" if sig == signal.SIGSTOP else "went away") in trajectory.metadata["error"]
     assert trajectory.metadata["steps"] == 2
+
+
+HOG_PAGE = """() => { document.body.innerHTML = '<button style="width:300px;height:200px">hog</button>';
+  document.querySelector('button').onclick = () => {
+    window.hog = []; for (let i = 0; i < 100000; i++) window.hog.push(new Array(1e6).fill(i)); }; }"""
+
+
+async def test_a_browser_out_of_memory_is_a_dropped_rollout(aclient):
+    """A page that eats memory in a 600 MiB sandbox: its renderer dies, and the rollout is dropped."""
+    require_root()
+    settings = BrowserSettings(viewport=(300, 200), call_timeout=20.0)
+
+    async def setup(box):
+        browser = await SandboxBrowser.start(box, settings)
+        await browser.new_episode()
+        await browser.call("evaluate", script=HOG_PAGE)
+
+    family = TaskFamily("hog", sandbox={"memory": "600Mi", "pids": 1024, "network": "none"})
+    task = FunctionTask("hog", "Press the button.", setup, family=family)
+    policy = _Clicks()
+    trajectory = await run_episode(aclient, BrowserHarness(), policy, task, limits=Limits(max_steps=3))
+    assert (trajectory.outcome.status, trajectory.outcome.reward) == ("aborted", None)
+    assert "renderer crashed during click" in trajectory.metadata["error"]
+
+
+class _Clicks:
+    name = "clicks"
+
+    async def act(self, conversation, *, max_context=None):
+        return Turn(Message(role="assistant", tool_calls=[ToolCall(id="c", name="click", arguments={"x": 50, "y": 50})]))
 
 
 def test_no_browser_in_a_sandbox_is_a_clear_error(sandbox):
