@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import signal
 
+import aiohttp
+import httpx
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
 
+from benchmarks.ports import start_echo_server
 from orchard.env.api import SandboxSpec
 from orchard.env.backends.kubernetes.manifests import agent_secret, network_policy, owned_by, sandbox_pod
 from orchard.env.backends.kubernetes.options import (
@@ -203,3 +206,22 @@ async def test_the_watcher_relists_after_410_gone_and_sees_what_changed_meanwhil
 async def _until(predicate) -> None:
     while not predicate():
         await asyncio.sleep(0.05)
+
+
+def test_a_port_forward_reaches_a_server_in_the_pod(orchestrator):
+    """The SDK's port forward goes through the orchestrator to the pod's agent and on to a server
+    listening on the pod's own loopback, HTTP and WebSocket, as on the local backend."""
+    client = orchestrator.client()
+    with client.create(image="swe-base", memory="256Mi") as sb:
+        port = sb.run_async(start_echo_server)
+        reply = httpx.post(sb.port_url(port, "/echo/k8s"), content=b"ping", headers=sb.port_headers, timeout=30)
+        assert reply.status_code == 200 and reply.json()["body"] == "ping"
+        assert httpx.get(sb.port_url(port, "/echo/k8s"), timeout=30).status_code == 401
+
+        async def talk() -> str:
+            async with aiohttp.ClientSession() as http, \
+                    http.ws_connect(sb.port_url(port, "/ws", websocket=True), headers=sb.port_headers) as ws:
+                await ws.send_str("hi")
+                return await ws.receive_str()
+
+        assert asyncio.run(talk()).startswith("echo: hi")
