@@ -72,6 +72,7 @@ START_SCRIPT = """(seed) => {
   Math.seedrandom(seed);
   core.__orchardEnded = false;
   core.startEpisodeReal();
+  window.scrollTo(0, 0);  // a page that focuses an element off screen while it builds (click-dialog) scrolls away
   return core.getUtterance();
 }"""
 READY_SCRIPT = "() => typeof core !== 'undefined' && typeof genProblem !== 'undefined' && WOB_TASK_READY === true"
@@ -93,13 +94,14 @@ def _spec(name: str, low: int, high: int | None = None, **kwargs: Any) -> PageSp
 
 
 CATALOGUE: dict[str, PageSpec] = {spec.name: spec for spec in (
+    # buttons, links, boxes, tabs and dialogs
     _spec("click-button", 1),
     _spec("click-button-sequence", 2),
-    _spec("click-checkboxes", 1, 8),
-    _spec("click-checkboxes-large", 1, 13),
-    _spec("click-checkboxes-transfer", 1, 8),
-    _spec("click-collapsible", 2),
-    _spec("click-collapsible-2", 2, 4),
+    _spec("click-checkboxes", 1, 5),
+    _spec("click-checkboxes-large", 6, 13),
+    _spec("click-checkboxes-transfer", 1, 4),
+    _spec("click-collapsible", 2, 3),  # 3: a wait while the section opens
+    _spec("click-collapsible-2", 2, 3),
     _spec("click-dialog", 1),
     _spec("click-dialog-2", 1),
     _spec("click-link", 1),
@@ -109,13 +111,36 @@ CATALOGUE: dict[str, PageSpec] = {spec.name: spec for spec in (
     _spec("click-test", 1),
     _spec("click-test-2", 1),
     _spec("click-widget", 1),
+    # text fields and forms
+    _spec("focus-text", 1),
+    _spec("focus-text-2", 1),
     _spec("enter-text", 2),
     _spec("enter-text-2", 2),
     _spec("enter-password", 3),
-    _spec("focus-text", 1),
-    _spec("focus-text-2", 1),
     _spec("login-user", 3),
-    _spec("find-greatest", 1, 4, notes="partial credit: a wrong card scores +0.1"),
+    _spec("enter-date", 2),
+    _spec("enter-time", 2),
+    # read the page, then click or answer
+    _spec("find-greatest", 2, 4, notes="partial credit: a wrong card scores +0.1"),
+    _spec("click-color", 1),
+    _spec("grid-coordinate", 1),
+    _spec("unicode-test", 1),
+    _spec("odd-or-even", 4),
+    _spec("read-table", 2),
+    _spec("find-word", 2),
+    _spec("text-transform", 2),
+    _spec("simple-arithmetic", 2),
+    _spec("simple-algebra", 2),
+    # widgets: keyboard, wheel, drag and hover
+    _spec("use-autocomplete", 3, 4),  # 4: a wait for the suggestions
+    _spec("choose-list", 1, 3),
+    _spec("navigate-tree", 1, 2),
+    _spec("click-menu-2", 2, 4),
+    _spec("drag-box", 1, 2),
+    _spec("use-slider", 1, 3),
+    _spec("scroll-text", 2, 3),
+    _spec("sign-agreement", 1, 3),
+    _spec("copy-paste", 5),
 )}
 
 
@@ -151,6 +176,7 @@ FAMILY = TaskFamily(
     # its renderer; no network (the pages are files).
     sandbox={"cpu": 1.0, "memory": "2Gi", "pids": 1024, "network": "none", "ttl": 600.0},
     limits=Limits(max_steps=15, time_limit=300.0, max_format_errors=3),
+    reusable=True,  # the set-up opens a fresh browser context: a pool may keep the sandbox
 )
 
 
@@ -194,7 +220,7 @@ class MiniWoBTask:
         verdict = RuleJudge().judge_episode(browser.events, self.threshold)
         return gui_outcome(trajectory, verdict, self.reward)
 
-    async def next_action(self, browser: SandboxBrowser) -> dict[str, Any] | None:
+    async def next_action(self, browser: SandboxBrowser, memory: dict[str, Any]) -> dict[str, Any] | None:
         """The oracle's next action, from ``miniwob_solvers.js`` run in the page."""
         return await browser.call("evaluate", script=solvers_script(), argument=self.page)
 

@@ -1,0 +1,99 @@
+"""MiniWoB++ from the installed package in a real sandbox's Chromium: seeded episodes, the page's own
+end and raw reward, the overrides, partial credit, and the oracle over the whole catalogue."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchard.data.trajectory import Message, ToolCall
+from orchard.harness.browser import BrowserHarness
+from orchard.harness.chromium import BrowserError, browser_of
+from orchard.harness.core import Turn, run_agent
+from orchard.tasks.gui.miniwob import CATALOGUE, EPISODE_TIME_MS, MiniWoBTask, build_instances, page_names
+from orchard.tasks.gui.oracle import GUIOracle
+from tests.conftest import require_root
+
+DOM = "() => document.getElementById('wrap').innerHTML"
+
+
+@pytest.fixture(scope="module")
+def box(client):
+    """One sandbox whose browser serves every episode of this module (a fresh context each)."""
+    require_root()
+    with client.create(memory="2Gi", pids=1024, network="none") as sb:
+        yield sb
+
+
+def evaluate(sb, script: str):
+    return sb.run_async(lambda b: browser_of(b).call("evaluate", script=script))
+
+
+def test_the_catalogue_has_thirty_pages_of_the_package_with_action_counts():
+    assert len(page_names()) == 130
+    assert len(CATALOGUE) >= 30 and set(CATALOGUE) <= set(page_names())
+    assert all(1 <= spec.actions[0] <= spec.actions[1] for spec in CATALOGUE.values())
+
+
+def test_the_same_seed_gives_the_same_instruction_and_dom(box):
+    first = box.run_async(build_instances, ["click-checkboxes", "click-button"], [7, 8])
+    dom = evaluate(box, DOM)
+    again = box.run_async(build_instances, ["click-button"], [8])
+    assert again[0] == first[3] and evaluate(box, DOM) == dom
+    assert first[0].instruction != first[1].instruction or first[2].instruction != first[3].instruction
+    box.run_async(first[1].setup)  # set-up checks the instruction it finds against the instance's
+    forged = MiniWoBTask("click-button", 8, "Click on the \"nothing\" button.")
+    with pytest.raises(BrowserError, match="not deterministic"):
+        box.run_async(forged.setup)
+
+
+def test_the_page_is_prepared_time_limit_lifted_and_score_hidden(box):
+    task = box.run_async(build_instances, ["click-test"], [0])[0]
+    box.run_async(task.setup)
+    assert evaluate(box, "() => core.EPISODE_MAX_TIME") == EPISODE_TIME_MS
+    assert evaluate(box, "() => getComputedStyle(document.getElementById('reward-display')).display") == "none"
+    assert evaluate(box, "() => WOB_DONE_GLOBAL") is False
+
+
+def test_partial_credit_is_not_success(box):
+    """find-greatest gives +0.1 for a wrong card: the page's raw reward is positive, the judge says failure."""
+    task = box.run_async(build_instances, ["find-greatest"], [3])[0]
+    box.run_async(task.setup)
+
+    # The cards hide their numbers; a click shows one, Submit scores the one shown: a card that is not
+    # the greatest, then Submit.
+    aim = """(step) => {
+      const el = step === 0 ? (() => { const cards = Array.from(document.querySelectorAll('#cardholder .card'));
+        const values = cards.map(c => parseInt(c.querySelector('.card-value').textContent, 10));
+        return cards[values.indexOf(Math.min(...values))]; })() : document.getElementById('submit');
+      const r = el.getBoundingClientRect(); return {x: r.left + r.width / 2, y: r.top + r.height / 2}; }"""
+
+    class WrongCard:
+        name = "wrong-card"
+
+        async def act(self, conversation, *, max_context=None):
+            turns = sum(m.role == "assistant" for m in conversation.messages)
+            centre = await browser_of(conversation.sandbox).call("evaluate", script=aim, argument=turns)
+            return Turn(Message(role="assistant", tool_calls=[ToolCall(id=f"c{turns}", name="click", arguments=centre)]))
+
+    trajectory = box.run_async(lambda sb: run_agent(BrowserHarness(), WrongCard(), sb, task.prompt))
+    outcome = box.run_async(task.grade, trajectory)
+    raw = trajectory.metadata["raw_reward"]
+    if raw is None:
+        pytest.fail(f"the click did not end the episode: {trajectory.metadata}")
+    assert 0 < raw < 1 and outcome.reward == 0.0 and not outcome.resolved
+    assert trajectory.metadata["verdict"] == "failure"
+
+
+def test_the_oracle_solves_every_catalogue_task_in_its_stated_actions(box):
+    tasks = box.run_async(build_instances, sorted(CATALOGUE), [101])
+    harness = BrowserHarness()
+    failures = []
+    for task in tasks:
+        box.run_async(task.setup)
+        trajectory = box.run_async(lambda sb, task=task: run_agent(harness, GUIOracle(task), sb, task.prompt,
+                                                                    limits=task.family.limits, task_id=task.id))
+        outcome = box.run_async(task.grade, trajectory)
+        low, high = CATALOGUE[task.page].actions
+        if outcome.reward != 1.0 or not low <= trajectory.metadata["steps"] <= high:
+            failures.append((task.id, outcome.reward, trajectory.metadata["steps"], trajectory.metadata.get("error")))
+    assert failures == []
