@@ -13,11 +13,11 @@ files or servers on the sandbox's own loopback). Two ways to drive it, chosen by
     with :mod:`orchard.harness.browser_actions`) runs Playwright there and answers one HTTP request
     per action through the port forward.
 
-``experiments/gui_bench/run.py`` measures both (``docs/benchmarks.md``, section ``gui``). The host
-mode is the default because it measured no slower per step and it keeps Playwright's node driver
-(about 60 MB) and a Python process out of every sandbox, which is memory the browser gets instead;
-the driver mode remains for clusters where the orchestrator is far from the learner and one round
-trip per action beats several.
+``experiments/gui_bench/run.py`` measures both (``docs/benchmarks.md``, section ``gui_bench``). The
+host mode is the default because it needs nothing in the sandbox but Chromium (no Python, no
+Playwright: a task image only has to ship the browser). Its speed is not the reason: in the one
+run so far, on a loaded machine, the driver mode started its browser faster (1.0 s against 1.5 s)
+and the two were within noise per step; the default is to be settled by a clean run.
 
 Failures of the browser are :class:`BrowserError`, an
 :class:`~orchard.env.client.OrchardError`: the agent loop ends such a run as ``sandbox_error``
@@ -81,6 +81,14 @@ class BrowserSettings:
 
 
 _browsers: weakref.WeakKeyDictionary[AsyncSandbox, SandboxBrowser] = weakref.WeakKeyDictionary()
+
+
+async def episode_browser(sandbox: AsyncSandbox, settings: BrowserSettings) -> SandboxBrowser:
+    """The sandbox's browser (started with ``settings`` on first use) with a fresh episode open:
+    what a GUI task's set-up begins with."""
+    browser = _browsers.get(sandbox) or await SandboxBrowser.start(sandbox, settings)
+    await browser.new_episode()
+    return browser
 
 
 def browser_of(sandbox: AsyncSandbox) -> SandboxBrowser:

@@ -37,9 +37,15 @@ from typing import Any
 
 from orchard.data.trajectory import Outcome, Trajectory
 from orchard.env.client import AsyncSandbox
-from orchard.harness.chromium import BrowserError, BrowserSettings, SandboxBrowser, browser_of
-from orchard.harness.core import Limits
+from orchard.harness.chromium import (
+    BrowserError,
+    BrowserSettings,
+    SandboxBrowser,
+    browser_of,
+    episode_browser,
+)
 from orchard.harness.task import TaskFamily
+from orchard.tasks.gui.family import browser_family
 from orchard.tasks.gui.judges import RewardSettings, RuleJudge, gui_outcome
 
 EPISODE_TIME_MS = 3_600_000  # replaces the pages' own 7-30 s limits; the harness's limits apply instead
@@ -170,14 +176,7 @@ async def sandbox_pages(sandbox: AsyncSandbox) -> str:
     return UPLOAD_DIR
 
 
-FAMILY = TaskFamily(
-    name="miniwob",
-    # One browser: Chromium's processes and threads want more pids than a shell task, and memory for
-    # its renderer; no network (the pages are files).
-    sandbox={"cpu": 1.0, "memory": "2Gi", "pids": 1024, "network": "none", "ttl": 600.0},
-    limits=Limits(max_steps=15, time_limit=300.0, max_format_errors=3),
-    reusable=True,  # the set-up opens a fresh browser context: a pool may keep the sandbox
-)
+FAMILY = browser_family("miniwob")
 
 
 @dataclass(frozen=True)
@@ -244,12 +243,8 @@ async def open_episode(sandbox: AsyncSandbox, page: str, seed: int, settings: Br
     use), and return its instruction (see the module docstring)."""
     if page not in page_names():
         raise ValueError(f"no MiniWoB page {page!r} in the miniwob package")
-    try:
-        browser = browser_of(sandbox)
-    except BrowserError:
-        browser = await SandboxBrowser.start(sandbox, settings)
     root = await sandbox_pages(sandbox)
-    await browser.new_episode()
+    browser = await episode_browser(sandbox, settings)
     await browser.call("goto_url", url=f"file://{root}/miniwob/{page}.html")
     ready = False
     for _ in range(100):

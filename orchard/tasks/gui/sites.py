@@ -41,10 +41,16 @@ from typing import Any, Literal
 
 from orchard.data.trajectory import Outcome, Trajectory
 from orchard.env.client import AsyncSandbox
-from orchard.harness.chromium import BrowserError, BrowserSettings, SandboxBrowser, browser_of
-from orchard.harness.core import Limits
+from orchard.harness.chromium import (
+    BrowserError,
+    BrowserSettings,
+    SandboxBrowser,
+    browser_of,
+    episode_browser,
+)
 from orchard.harness.seeds import derive_seed
 from orchard.harness.task import TaskFamily
+from orchard.tasks.gui.family import browser_family
 from orchard.tasks.gui.judges import RewardSettings, RuleJudge, gui_outcome
 
 SiteKind = Literal["price", "go_back", "goto_url", "tabs", "captcha"]
@@ -142,12 +148,7 @@ def price_text(cents: int) -> str:
     return f"${cents // 100}.{cents % 100:02d}"
 
 
-FAMILY = TaskFamily(
-    name="gui-sites",
-    sandbox={"cpu": 1.0, "memory": "2Gi", "pids": 1024, "network": "none", "ttl": 600.0},
-    limits=Limits(max_steps=15, time_limit=300.0, max_format_errors=3),
-    reusable=True,  # the set-up opens a fresh browser context: a pool may keep the sandbox
-)
+FAMILY = browser_family("gui-sites")
 
 
 @dataclass(frozen=True)
@@ -206,11 +207,7 @@ class SiteTask:
 
     async def setup(self, sandbox: AsyncSandbox) -> None:
         await serve_site(sandbox, self.shop)
-        try:
-            browser = browser_of(sandbox)
-        except BrowserError:
-            browser = await SandboxBrowser.start(sandbox, self.browser)
-        await browser.new_episode()
+        browser = await episode_browser(sandbox, self.browser)
         await browser.call("goto_url", url=f"{ORIGIN}/index.html")
 
     def settled(self, trajectory: Trajectory) -> Outcome | None:
