@@ -14,10 +14,11 @@ files or servers on the sandbox's own loopback). Two ways to drive it, chosen by
     per action through the port forward.
 
 ``experiments/gui_bench/run.py`` measures both (``docs/benchmarks.md``, section ``gui_bench``). The
-host mode is the default because it needs nothing in the sandbox but Chromium (no Python, no
-Playwright: a task image only has to ship the browser). Its speed is not the reason: in the one
-run so far, on a loaded machine, the driver mode started its browser faster (1.0 s against 1.5 s)
-and the two were within noise per step; the default is to be settled by a clean run.
+host mode is the default. In the clean run on 2 cores the two were even per action (step p50 186 ms
+host, 182 ms driver; reset 590 against 640 ms), the host mode ran more episodes per minute at every
+concurrency (79 / 127 / 142 against 68 / 123 / 128 at 1 / 2 / 4) and its browser's process tree
+took less memory (494 MB PSS against 603: no Python and Node inside the sandbox); and it needs nothing
+in the sandbox but Chromium, so a task image only has to ship the browser.
 
 Failures of the browser are :class:`BrowserError`, an
 :class:`~orchard.env.client.OrchardError`: the agent loop ends such a run as ``sandbox_error``
