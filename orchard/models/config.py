@@ -34,6 +34,8 @@ class ModelConfig:
     o_bias: bool = False
     qk_norm: bool = False
     max_position_embeddings: int = 4096
+    # Multimodal rotary positions (Qwen3-VL's text model): frequencies per axis (temporal, height, width).
+    mrope_section: tuple[int, ...] = ()
     # Mixture of experts (Qwen3-MoE); num_experts == 0 means a dense model.
     num_experts: int = 0
     num_experts_per_tok: int = 0

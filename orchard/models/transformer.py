@@ -17,10 +17,12 @@ Departures from the reference:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from orchard.models.config import ModelConfig
@@ -66,16 +68,31 @@ class RMSNorm(nnx.Module):
         return self.weight[...].astype(x.dtype) * normed.astype(x.dtype)
 
 
-def rotary(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
-    """Rotary embedding, half-split layout (HF's ``rotate_half``). x: [B, T, H, Dh]; positions: [B, T]."""
+def rotary(x: jax.Array, positions: jax.Array, theta: float, mrope_section: tuple[int, ...] = ()) -> jax.Array:
+    """Rotary embedding, half-split layout (HF's ``rotate_half``). x: [B, T, H, Dh]; positions: [B, T], or
+    [3, B, T] for multimodal rotary positions (Qwen3-VL: temporal, height, width), whose frequencies are
+    interleaved T H W T H W ... with ``mrope_section`` frequencies for each axis. Text-only positions
+    ([B, T]) stand for equal positions on every axis, which is plain rotary."""
     head_dim = x.shape[-1]
     inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))  # [Dh/2]
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2] or [3, B, T, Dh/2]
+    if positions.ndim == 3:
+        axes = mrope_axes(head_dim // 2, mrope_section)[None, None, None]  # [1, 1, 1, Dh/2]
+        angles = jnp.take_along_axis(angles, jnp.asarray(axes), axis=0)[0]
     cos = jnp.cos(jnp.concatenate([angles, angles], -1))[:, :, None, :]  # [B, T, 1, Dh]
     sin = jnp.sin(jnp.concatenate([angles, angles], -1))[:, :, None, :]
     first, second = jnp.split(x, 2, axis=-1)
     rotated = jnp.concatenate([-second, first], axis=-1)
     return (x * cos.astype(x.dtype) + rotated * sin.astype(x.dtype)).astype(x.dtype)
+
+
+def mrope_axes(frequencies: int, section: tuple[int, ...]) -> np.ndarray:
+    """Which position axis (0 temporal, 1 height, 2 width) drives each rotary frequency: interleaved, the
+    height axis on every third frequency from 1 and the width axis from 2, each up to its section."""
+    axes = np.zeros(frequencies, np.int32)
+    for axis in (1, 2) if section else ():
+        axes[axis:section[axis] * 3:3] = axis
+    return axes
 
 
 class Attention(nnx.Module):
@@ -107,7 +124,7 @@ class Attention(nnx.Module):
         v = self.v_proj(x).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rotary(q, positions, cfg.rope_theta), rotary(k, positions, cfg.rope_theta)
+        q, k = (rotary(t, positions, cfg.rope_theta, cfg.mrope_section) for t in (q, k))
         fresh = cache is not None and causal and isinstance(write_index, int) and write_index == 0
         if cache is not None:
             cache = KVCache(_write(cache.k, k, write_index), _write(cache.v, v, write_index))
@@ -226,6 +243,36 @@ class Decoder(nnx.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
 
 
+def causal_mask(batch: int, length: int, segment_ids: jax.Array | None = None) -> jax.Array:
+    """``[B, T, T]``: each token sees itself and earlier ones (of its own segment, for packed rows)."""
+    mask = jnp.tril(jnp.ones((length, length), dtype=bool))[None]
+    if segment_ids is not None:
+        mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
+    return jnp.broadcast_to(mask, (batch, length, length))
+
+
+def decode(decoder: Decoder, lm_head: Linear | None, x: jax.Array, positions: jax.Array, mask: jax.Array,
+           caches: list[KVCache] | None = None, write_index: jax.Array | int = 0, causal: bool = False,
+           logits_at: jax.Array | None = None,
+           after_layer: Callable[[int, jax.Array], jax.Array] | None = None
+           ) -> tuple[jax.Array, list[KVCache] | None]:
+    """The decoder layers, the final norm and the vocabulary projection over embedded inputs ``x [B, T, D]``
+    (see :meth:`Transformer.forward`); ``lm_head`` None ties it to the embedding. ``after_layer(i, x)``
+    rewrites the hidden states after layer ``i`` (Qwen3-VL's DeepStack adds visual features there)."""
+    new_caches = [] if caches is not None else None
+    for i, layer in enumerate(decoder.layers):
+        x, cache = layer(x, positions, mask, None if caches is None else caches[i], write_index, causal)
+        if new_caches is not None:
+            new_caches.append(cache)
+        if after_layer is not None:
+            x = after_layer(i, x)
+    if logits_at is not None:
+        x = jnp.take_along_axis(x, logits_at[:, None, None], axis=1)
+    x = decoder.norm(x)
+    logits = x @ decoder.embed_tokens.weight[...].astype(x.dtype).T if lm_head is None else lm_head(x)
+    return logits.astype(jnp.float32), new_caches
+
+
 class Transformer(nnx.Module):
     """``model(tokens)``: int32 ``[B, T]`` -> logits ``[B, T, V]`` (float32)."""
 
@@ -241,11 +288,17 @@ class Transformer(nnx.Module):
         b, t = tokens.shape
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-        mask = jnp.tril(jnp.ones((t, t), dtype=bool))[None]  # [1, T, S]
-        if segment_ids is not None:
-            mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
-        logits, _ = self.forward(tokens, positions, jnp.broadcast_to(mask, (b, t, t)), causal=True)
+        logits, _ = self.forward(tokens, positions, causal_mask(b, t, segment_ids), causal=True)
         return logits
+
+    @property
+    def decoder(self) -> Decoder:
+        """The embedding, layers and final norm (``model.``... in the checkpoint)."""
+        return self.model
+
+    def hf_config(self) -> dict:
+        """The transformers ``config.json`` of this model."""
+        return self.cfg.to_hf()
 
     def forward(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array, caches: list[KVCache] | None = None,
                 write_index: jax.Array | int = 0, causal: bool = False, logits_at: jax.Array | None = None
@@ -254,20 +307,8 @@ class Transformer(nnx.Module):
         ``causal``: the mask is causal over ``tokens`` themselves, so attention can skip the upper triangle.
         ``logits_at [B]``: return only the logits of that token of each row (``[B, 1, V]``), so a prefill
         does not compute the vocabulary projection of every prompt token."""
-        x = self.model.embed_tokens(tokens)  # [B, T, D]
-        new_caches = [] if caches is not None else None
-        for i, layer in enumerate(self.model.layers):
-            x, cache = layer(x, positions, mask, None if caches is None else caches[i], write_index, causal)
-            if new_caches is not None:
-                new_caches.append(cache)
-        if logits_at is not None:
-            x = jnp.take_along_axis(x, logits_at[:, None, None], axis=1)
-        x = self.model.norm(x)
-        if self.lm_head is None:
-            logits = x @ self.model.embed_tokens.weight[...].astype(x.dtype).T
-        else:
-            logits = self.lm_head(x)
-        return logits.astype(jnp.float32), new_caches
+        return decode(self.decoder, self.lm_head, self.decoder.embed_tokens(tokens), positions, mask, caches,
+                      write_index, causal, logits_at)
 
     def init_cache(self, batch: int, length: int, dtype=None) -> list[KVCache]:
         """Empty KV caches, one per layer: k and v of ``[B, S, K, Dh]``."""

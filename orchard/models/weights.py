@@ -28,6 +28,7 @@ from orchard.models.config import ModelConfig
 from orchard.models.gguf import GGUFCheckpoint
 from orchard.models.sharding import named_sharding
 from orchard.models.transformer import Transformer
+from orchard.models.vlm import VLM_TYPES, VisionLanguageModel, VLMConfig
 
 
 def _hf_tensor(checkpoint: Checkpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:
@@ -61,7 +62,8 @@ def load_params(model: Transformer, checkpoint: Checkpoint, mesh: Mesh | None = 
 
 
 def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transformer:
-    """Load an HF directory (``config.json`` + safetensors) or a llama.cpp ``.gguf`` file.
+    """Load an HF directory (``config.json`` + safetensors) or a llama.cpp ``.gguf`` file; a
+    vision-language directory (Qwen3-VL) gives a :class:`~orchard.models.vlm.VisionLanguageModel`.
 
     ``mesh`` shards the parameters by their logical axes (see :mod:`orchard.models.sharding`);
     ``overrides`` replace config fields, e.g. ``dtype="float32"`` for exact parity checks.
@@ -69,12 +71,20 @@ def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transfo
     if path.endswith(".gguf"):
         checkpoint: Checkpoint = GGUFCheckpoint(path)
         cfg = ModelConfig.from_hf(checkpoint.config, **overrides)
+        model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
     else:
-        if not os.path.exists(os.path.join(path, "config.json")):
+        config_path = os.path.join(path, "config.json")
+        if not os.path.exists(config_path):
             raise CheckpointError(f"{path} has no config.json: not a Hugging Face model directory")
         checkpoint = SafetensorsCheckpoint(path)
-        cfg = ModelConfig.from_pretrained(path, **overrides)
-    model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+        with open(config_path) as handle:
+            hf = json.load(handle)
+        if hf.get("model_type") in VLM_TYPES:
+            vlm_cfg = VLMConfig.from_hf(hf, **overrides)
+            model = nnx.eval_shape(lambda: VisionLanguageModel(vlm_cfg, rngs=nnx.Rngs(0)))
+        else:
+            cfg = ModelConfig.from_hf(hf, **overrides)
+            model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
     load_params(model, checkpoint, mesh)
     return model
 
@@ -101,7 +111,7 @@ def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 3
 
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as handle:
-        json.dump(model.cfg.to_hf(), handle, indent=2)
+        json.dump(model.hf_config(), handle, indent=2)
     shards: list[dict[str, np.ndarray]] = [{}]
     size = 0
     for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):

@@ -32,6 +32,9 @@ class OptimConfig:
     warmup_steps: int = 10
     weight_decay: float = 0.0
     clip_norm: float = 1.0
+    # Parameter path prefixes that never move, e.g. ("model.visual",): a VLM's vision tower and the
+    # mergers that project into the language model (the paper's frozen "vision encoder and projector").
+    frozen: tuple[str, ...] = ()
 
 
 class TrainState(NamedTuple):
@@ -50,7 +53,27 @@ def make_optimizer(config: OptimConfig, total_steps: int, b1: float = 0.9, b2: f
                                                   max(total_steps, warmup + 1), end_value=config.final_lr)
     optimizer = optax.chain(optax.clip_by_global_norm(config.clip_norm),
                             optax.adamw(schedule, b1=b1, b2=b2, weight_decay=config.weight_decay))
+    if config.frozen:  # frozen parameters get no update (nor weight decay, nor optimizer state)
+        optimizer = optax.multi_transform({"trained": optimizer, "frozen": optax.set_to_zero()},
+                                          lambda params: frozen_labels(params, config.frozen))
     return optimizer, schedule
+
+
+def frozen_labels(params: Any, prefixes: tuple[str, ...]) -> Any:
+    """``"frozen"`` for each parameter whose dotted path starts with one of ``prefixes``, else
+    ``"trained"``; a prefix that names no parameter is an error (a typo would freeze nothing)."""
+    used: set[str] = set()
+
+    def label(path: tuple, _: Any) -> str:
+        name = jax.tree_util.keystr(path, simple=True, separator=".")
+        hits = [p for p in prefixes if name == p or name.startswith(p + ".")]
+        used.update(hits)
+        return "frozen" if hits else "trained"
+
+    labels = jax.tree_util.tree_map_with_path(label, params)
+    if unused := sorted(set(prefixes) - used):
+        raise ValueError(f"frozen prefixes {unused} match no parameter")
+    return labels
 
 
 def init_state(model: Transformer, optimizer: optax.GradientTransformation, mesh: Mesh) -> tuple[Any, TrainState]:

@@ -1,0 +1,232 @@
+"""Qwen3-VL in Flax NNX: the vision tower (:mod:`orchard.models.vision`), the Qwen3 decoder of
+:mod:`orchard.models.transformer` with multimodal rotary positions, and DeepStack.
+
+A prompt holds ``<|vision_start|>``, then one ``<|image_pad|>`` per merged patch of the image, then
+``<|vision_end|>``. The tower's outputs replace the placeholders' embeddings; the DeepStack features
+(from the tower's intermediate blocks) are added to the same positions after the first decoder layers.
+Positions are three-dimensional (:func:`mrope_positions`): text advances all three axes together, an
+image's tokens take its frame, row and column from where the text stopped, and the text after it
+resumes past the image's largest position. Text-only inputs behave exactly as Qwen3.
+
+Everything that depends on where the images are (:class:`Images`, the positions) is computed on the
+host from the token ids (:func:`vision_inputs`), so the model itself is jit-able with the image sizes
+as static shapes. :class:`VisionLanguageModel` is a :class:`~orchard.models.transformer.Transformer`
+(same ``forward``, caches and ``cfg`` for its language model), with images as an extra input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from orchard.models.config import ModelConfig
+from orchard.models.transformer import Decoder, KVCache, Linear, Transformer, causal_mask, decode
+from orchard.models.vision import Grid, VisionConfig, VisionTower
+
+VLM_TYPES = ("qwen3_vl",)
+
+# The tiny shape of the CPU default: the text model is the ``tiny`` preset as a Qwen3 (QK-norm, 3-D
+# rotary positions split 4/2/2 over its 8 frequencies); the tower has 2 blocks of width 64 over 16-pixel
+# patches merged 2x2, so a 160 x 224 screenshot is 35 language-model tokens, with DeepStack after block 0.
+TINY_TEXT = {**ModelConfig.preset_fields("tiny"), "model_type": "qwen3", "qk_norm": True, "mrope_section": (4, 2, 2)}
+TINY_VISION = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4, "patch_size": 16,
+               "num_position_embeddings": 64, "deepstack_visual_indexes": (0,)}
+
+
+@dataclass(frozen=True)
+class VLMConfig:
+    """A vision-language model: its language model, its vision tower and the special token ids."""
+
+    text: ModelConfig
+    vision: VisionConfig
+    image_token_id: int
+    vision_start_token_id: int
+    vision_end_token_id: int
+    video_token_id: int = -1
+    model_type: str = "qwen3_vl"
+
+    def replace(self, **changes) -> VLMConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def tiny(cls, vocab_size: int, image_token_id: int, vision_start_token_id: int, vision_end_token_id: int,
+             text: dict | None = None, vision: dict | None = None) -> VLMConfig:
+        """The CPU default's shape (:data:`TINY_TEXT`, :data:`TINY_VISION`), trained from scratch; ``text``
+        and ``vision`` override fields."""
+        text_cfg = ModelConfig(**{**TINY_TEXT, "vocab_size": vocab_size, **(text or {})})
+        vision_cfg = VisionConfig(**{**TINY_VISION, "out_hidden_size": text_cfg.hidden_size, **(vision or {})})
+        return cls(text_cfg, vision_cfg, image_token_id, vision_start_token_id, vision_end_token_id)
+
+    @classmethod
+    def from_hf(cls, hf: dict, **overrides) -> VLMConfig:
+        """A transformers ``Qwen3VLConfig`` dict; ``overrides`` (dtypes) apply to both towers."""
+        if hf.get("model_type") not in VLM_TYPES:
+            raise ValueError(f"unsupported vision-language model_type {hf.get('model_type')!r}: one of {VLM_TYPES}")
+        text = dict(hf["text_config"])
+        rope = {**(text.get("rope_scaling") or {}), **(text.get("rope_parameters") or {})}
+        if not rope.get("mrope_interleaved", True):
+            raise NotImplementedError("only interleaved multimodal rotary positions (Qwen3-VL) are implemented")
+        text_cfg = ModelConfig.from_hf(
+            {**text, "model_type": "qwen3", "rope_parameters": {"rope_type": rope.get("rope_type", "default"),
+                                                                "rope_theta": rope.get("rope_theta", 5e6)}},
+            mrope_section=tuple(rope.get("mrope_section") or (24, 20, 20)),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+            **overrides)
+        return cls(text=text_cfg, vision=VisionConfig.from_hf(hf["vision_config"], **overrides),
+                   image_token_id=hf["image_token_id"], vision_start_token_id=hf["vision_start_token_id"],
+                   vision_end_token_id=hf["vision_end_token_id"], video_token_id=hf.get("video_token_id", -1),
+                   model_type=hf["model_type"])
+
+    @classmethod
+    def from_pretrained(cls, path: str, **overrides) -> VLMConfig:
+        with open(os.path.join(path, "config.json")) as handle:
+            return cls.from_hf(json.load(handle), **overrides)
+
+    def to_hf(self) -> dict:
+        text = self.text.to_hf()
+        for key in ("architectures", "model_type", "rope_theta", "torch_dtype"):
+            text.pop(key)
+        text.update(model_type="qwen3_vl_text", rope_parameters={
+            "rope_type": "default", "rope_theta": self.text.rope_theta,
+            "mrope_section": list(self.text.mrope_section), "mrope_interleaved": True})
+        return {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": self.model_type,
+                "text_config": text, "vision_config": self.vision.to_hf(),
+                "image_token_id": self.image_token_id, "video_token_id": self.video_token_id,
+                "vision_start_token_id": self.vision_start_token_id,
+                "vision_end_token_id": self.vision_end_token_id,
+                "tie_word_embeddings": self.text.tie_word_embeddings, "torch_dtype": self.text.param_dtype}
+
+
+class Images(NamedTuple):
+    """The images of a batch: all their patches, each image's grid (static) and where their
+    placeholder tokens are (flat indices into the ``B x T`` tokens, in image order)."""
+
+    patches: jax.Array  # [sum of t*h*w, C*T*P*P]
+    grids: tuple[Grid, ...]
+    rows: jax.Array  # [sum of tokens_for(grid)] int32
+
+
+def mrope_positions(tokens: np.ndarray, grids: Sequence[Grid], cfg: VLMConfig) -> tuple[np.ndarray, int]:
+    """Positions ``[3, T]`` of one row of tokens whose image placeholders stand for ``grids`` (in order),
+    and the row's rotary delta (its largest position + 1 - T: what decoding adds to a token's index)."""
+    tokens = np.asarray(tokens)
+    merge = cfg.vision.spatial_merge_size
+    positions = np.zeros((3, len(tokens)), np.int64)
+    next_position, start = 0, 0
+    grids = list(grids)
+    placeholder = np.flatnonzero(tokens == cfg.image_token_id)
+    for t, h, w in grids:
+        if start >= len(tokens) or not np.any(placeholder >= start):
+            raise ValueError(f"{len(grids)} images but fewer runs of image tokens in the prompt")
+        first = int(placeholder[placeholder >= start][0])
+        text = first - start
+        positions[:, start:first] = next_position + np.arange(text)
+        gh, gw = h // merge, w // merge
+        count = t * gh * gw
+        if not np.all(tokens[first:first + count] == cfg.image_token_id):
+            raise ValueError(f"an image of grid {(t, h, w)} needs {count} placeholder tokens at {first}")
+        frame, row, col = np.meshgrid(np.arange(t), np.arange(gh), np.arange(gw), indexing="ij")
+        positions[:, first:first + count] = np.stack([frame, row, col]).reshape(3, -1) + next_position + text
+        next_position = int(positions[:, first:first + count].max()) + 1
+        start = first + count
+    if np.any(placeholder >= start):
+        raise ValueError(f"more image tokens than the {len(grids)} images account for")
+    positions[:, start:] = next_position + np.arange(len(tokens) - start)
+    return positions, int(positions.max(initial=-1)) + 1 - len(tokens)
+
+
+def vision_inputs(tokens: np.ndarray, images: Sequence[Sequence[tuple[np.ndarray, Grid]]], cfg: VLMConfig
+                  ) -> tuple[np.ndarray, Images | None, np.ndarray]:
+    """Host-side inputs for a batch: ``tokens [B, T]`` and, per row, its images as ``(patches, grid)``
+    (:func:`orchard.models.pixels.patchify`). Returns positions ``[3, B, T]``, the :class:`Images` (None
+    without any) and each row's rotary delta ``[B]``."""
+    tokens = np.asarray(tokens)
+    if len(images) != tokens.shape[0]:
+        raise ValueError(f"images for {len(images)} rows, tokens for {tokens.shape[0]}")
+    rows_positions, deltas, patches, grids, rows = [], [], [], [], []
+    for b, row_images in enumerate(images):
+        positions, delta = mrope_positions(tokens[b], [g for _, g in row_images], cfg)
+        rows_positions.append(positions)
+        deltas.append(delta)
+        for patch, grid in row_images:
+            patches.append(np.asarray(patch, np.float32))
+            grids.append(tuple(int(v) for v in grid))
+        rows.extend(b * tokens.shape[1] + np.flatnonzero(tokens[b] == cfg.image_token_id))
+    batch = None
+    if patches:
+        batch = Images(jnp.asarray(np.concatenate(patches)), tuple(grids), jnp.asarray(np.asarray(rows, np.int32)))
+    return np.stack(rows_positions, axis=1).astype(np.int32), batch, np.asarray(deltas, np.int32)
+
+
+class VisionLanguageBody(nnx.Module):
+    def __init__(self, cfg: VLMConfig, rngs: nnx.Rngs) -> None:
+        self.visual = VisionTower(cfg.vision, rngs)
+        self.language_model = Decoder(cfg.text, rngs)
+
+
+class VisionLanguageModel(Transformer):
+    """``model(tokens, positions, images=...)`` -> logits; ``cfg`` is the language model's config and
+    ``config`` the whole :class:`VLMConfig`. Parameter names follow transformers'
+    ``Qwen3VLForConditionalGeneration`` (``model.visual...``, ``model.language_model...``, ``lm_head``)."""
+
+    def __init__(self, cfg: VLMConfig, *, rngs: nnx.Rngs) -> None:
+        if cfg.vision.out_hidden_size != cfg.text.hidden_size:
+            raise ValueError(f"the vision tower's out_hidden_size {cfg.vision.out_hidden_size} must be the "
+                             f"language model's hidden_size {cfg.text.hidden_size}")
+        self.config, self.cfg = cfg, cfg.text
+        self.model = VisionLanguageBody(cfg, rngs)
+        self.lm_head = None if cfg.text.tie_word_embeddings else Linear(
+            cfg.text.hidden_size, cfg.text.vocab_size, bias=False, axes=("embed", "vocab"), cfg=cfg.text, rngs=rngs)
+
+    @property
+    def decoder(self) -> Decoder:
+        return self.model.language_model
+
+    def hf_config(self) -> dict:
+        return self.config.to_hf()
+
+    def __call__(self, tokens: jax.Array, positions: jax.Array | None = None, segment_ids: jax.Array | None = None,
+                 images: Images | None = None) -> jax.Array:
+        """Causal pass; ``positions`` ``[3, B, T]`` from :func:`vision_inputs` when there are images."""
+        b, t = tokens.shape
+        if positions is None:
+            if images is not None:
+                raise ValueError("a prompt with images needs its multimodal positions (vision_inputs)")
+            positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        logits, _ = self.forward(tokens, positions, causal_mask(b, t, segment_ids), causal=True, images=images)
+        return logits
+
+    def forward(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array, caches: list[KVCache] | None = None,
+                write_index: jax.Array | int = 0, causal: bool = False, logits_at: jax.Array | None = None,
+                images: Images | None = None) -> tuple[jax.Array, list[KVCache] | None]:
+        """:meth:`Transformer.forward` with the images' features in place of their placeholder tokens."""
+        x = self.decoder.embed_tokens(tokens)
+        after_layer = None
+        if images is not None:
+            features, deepstack = self.model.visual(images.patches, images.grids)
+            if features.shape[0] != images.rows.shape[0]:
+                raise ValueError(f"{images.rows.shape[0]} image tokens in the prompt for {features.shape[0]} "
+                                 f"image features")
+            b, t, d = x.shape
+            x = x.reshape(b * t, d).at[images.rows].set(features.astype(x.dtype)).reshape(b, t, d)
+
+            def after_layer(index: int, hidden: jax.Array) -> jax.Array:
+                if index >= len(deepstack):
+                    return hidden
+                flat = hidden.reshape(b * t, d)
+                return flat.at[images.rows].add(deepstack[index].astype(hidden.dtype)).reshape(b, t, d)
+        return decode(self.decoder, self.lm_head, x, positions, mask, caches, write_index, causal, logits_at,
+                      after_layer)
+
+    def encode_images(self, images: Images) -> jax.Array:
+        """The tower's features for the images (what replaces their placeholders), without the decoder."""
+        return self.model.visual(images.patches, images.grids)[0]
