@@ -21,6 +21,12 @@ Departures from HF ``apply_chat_template``, which renders one string and tokenis
   ``<think>`` block; both would rewrite tokens the model already produced or saw, which training
   on sampled tokens cannot allow. Conversations without those two cases render identically.
 
+Images (``Qwen3VLFormat``): a user or tool message's ``images`` (anything with ``width`` and ``height``
+in pixels: :class:`~orchard.data.images.ImageRef`, or a dict) are rendered before its text as
+``<|vision_start|>``, one ``<|image_pad|>`` per language-model token of the image at its processed
+size, and ``<|vision_end|>``, all with the message's source; :attr:`Rendered.images` records where each
+image's placeholders are, for the model to put the image's features there.
+
 Generated text is parsed into reasoning (``<think>...</think>``), content and tool calls
 (``<tool_call>{"name": ..., "arguments": ...}</tool_call>``). A malformed tool call is reported in
 ``errors``; parsing never raises.
@@ -53,6 +59,15 @@ class Source(StrEnum):
     TEMPLATE = "template"  # structure the model is given: turn headers, separators
 
 
+@dataclass(frozen=True)
+class RenderedImage:
+    """An image in a rendered conversation: its ``count`` placeholder ids start at ``start``."""
+
+    start: int
+    count: int
+    image: Any  # what the message carried: an ImageRef, or a dict with width and height
+
+
 @dataclass
 class Rendered:
     token_ids: list[int] = field(default_factory=list)
@@ -61,6 +76,7 @@ class Rendered:
     spans: list[tuple[str, int, int]] = field(default_factory=list)  # (role, first id, end) per appended message
     # Per assistant turn rendered from sampled ids, in order: where its prompt ends (its first sampled id).
     prompt_ends: list[int] = field(default_factory=list)
+    images: list[RenderedImage] = field(default_factory=list)
 
     def extend(self, ids: list[int], source: Source) -> None:
         self.token_ids.extend(ids)
@@ -68,7 +84,7 @@ class Rendered:
 
     def copy(self) -> Rendered:
         return Rendered(list(self.token_ids), list(self.sources), self.open_tool_turn, list(self.spans),
-                        list(self.prompt_ends))
+                        list(self.prompt_ends), list(self.images))
 
     def loss_mask(self) -> list[bool]:
         return [source is Source.ASSISTANT for source in self.sources]
@@ -195,7 +211,7 @@ class ChatMLFormat:
         if message["role"] == "assistant" and message.get("token_ids") is not None:
             self._sampled_turn(rendered, message["token_ids"])
         else:
-            self._turn(rendered, message["role"], self._body(message), Source(message["role"]))
+            self._turn(rendered, message["role"], self._body(message), Source(message["role"]), message=message)
         rendered.spans.append((message["role"], start, len(rendered.token_ids)))
         return rendered
 
@@ -226,10 +242,17 @@ class ChatMLFormat:
             raise ValueError(f"{type(self).__name__} has no tool syntax; use Qwen3Format")
         return [(_text(message), Source(message["role"]))]
 
+    def _images(self, rendered: Rendered, message: Message, source: Source) -> None:
+        """A message's images, before its text (a format without image tokens refuses them)."""
+        if message.get("images"):
+            raise ValueError(f"{type(self).__name__} has no image tokens; use Qwen3VLFormat")
+
     def _turn(self, rendered: Rendered, role: str, body: list[tuple[str, Source]], source: Source,
-              end: bool = True) -> None:
+              end: bool = True, message: Message | None = None) -> None:
         rendered.extend([self.im_start], Source.TEMPLATE)
         rendered.extend(self.tokenizer.encode(f"{role}\n" if end else role), Source.TEMPLATE)
+        if message is not None:
+            self._images(rendered, message, source)
         self._extend_pieces(rendered, body)
         if end:
             self._end(rendered, source)
@@ -291,8 +314,9 @@ class Qwen3Format(ChatMLFormat):
         if not rendered.open_tool_turn:
             self._turn(rendered, "user", [], Source.TOOL, end=False)
             rendered.open_tool_turn = True
-        self._extend_pieces(rendered, [("\n<tool_response>\n", Source.TEMPLATE), (_text(message), Source.TOOL),
-                                       ("\n</tool_response>", Source.TEMPLATE)])
+        self._extend_pieces(rendered, [("\n<tool_response>\n", Source.TEMPLATE)])
+        self._images(rendered, message, Source.TOOL)
+        self._extend_pieces(rendered, [(_text(message), Source.TOOL), ("\n</tool_response>", Source.TEMPLATE)])
         rendered.spans.append(("tool", start, len(rendered.token_ids)))
         return rendered
 
@@ -326,6 +350,31 @@ class Qwen3Format(ChatMLFormat):
         return [(text, Source.ASSISTANT)]
 
 
+ImageTokens = Callable[[int, int], int]  # (width, height) in pixels -> placeholder tokens
+
+
+class Qwen3VLFormat(Qwen3Format):
+    """Qwen3-VL's template: :class:`Qwen3Format` with images (see the module docstring).
+    ``image_tokens(width, height)`` counts an image's placeholders: the model's, at its processed size
+    (:func:`orchard.models.pixels.image_tokens`)."""
+
+    def __init__(self, tokenizer: Tokenizer, image_tokens: ImageTokens, thinking: bool = True) -> None:
+        super().__init__(tokenizer, thinking)
+        self.image_tokens = image_tokens
+        self.vision_start = tokenizer.token_id("<|vision_start|>")
+        self.image_pad = tokenizer.token_id("<|image_pad|>")
+        self.vision_end = tokenizer.token_id("<|vision_end|>")
+
+    def _images(self, rendered: Rendered, message: Message, source: Source) -> None:
+        for image in message.get("images") or ():
+            width, height = (image["width"], image["height"]) if isinstance(image, dict) else (image.width, image.height)
+            count = self.image_tokens(int(width), int(height))
+            rendered.extend([self.vision_start], source)
+            rendered.images.append(RenderedImage(len(rendered.token_ids), count, image))
+            rendered.extend([self.image_pad] * count, source)
+            rendered.extend([self.vision_end], source)
+
+
 CHAT_FORMATS: dict[str, Callable[[Tokenizer], ChatMLFormat]] = {
     "qwen3": Qwen3Format,
     "qwen3_no_think": lambda tokenizer: Qwen3Format(tokenizer, thinking=False),
@@ -334,10 +383,18 @@ CHAT_FORMATS: dict[str, Callable[[Tokenizer], ChatMLFormat]] = {
 }
 
 
-def make_chat_format(name: str, tokenizer: Tokenizer) -> ChatFormat:
-    """The chat format a config names (:data:`CHAT_FORMATS`) over ``tokenizer``."""
+VL_FORMATS = ("qwen3_vl", "qwen3_vl_no_think")
+
+
+def make_chat_format(name: str, tokenizer: Tokenizer, image_tokens: ImageTokens | None = None) -> ChatFormat:
+    """The chat format a config names (:data:`CHAT_FORMATS`, or :data:`VL_FORMATS` with the model's
+    ``image_tokens`` counter) over ``tokenizer``."""
+    if name in VL_FORMATS:
+        if image_tokens is None:
+            raise ValueError(f"chat format {name!r} needs the model's image token count (image_tokens)")
+        return Qwen3VLFormat(tokenizer, image_tokens, thinking=name == "qwen3_vl")
     try:
         make = CHAT_FORMATS[name]
     except KeyError:
-        raise ValueError(f"unknown chat format {name!r}: one of {', '.join(CHAT_FORMATS)}") from None
+        raise ValueError(f"unknown chat format {name!r}: one of {', '.join((*CHAT_FORMATS, *VL_FORMATS))}") from None
     return make(tokenizer)

@@ -182,3 +182,44 @@ def test_a_config_names_the_chat_format(qwen3_tokenizer):
         make_chat_format("llama3", tokenizer)
     ends = make_chat_format("qwen3", tokenizer).end_of_turn_ids
     assert tokenizer.token_id("<|im_end|>") in ends and tokenizer.token_id("<|endoftext|>") in ends
+
+
+def test_qwen3_vl_puts_each_image_before_its_text_with_the_turn_source(qwen3_tokenizer):
+    from orchard.data.chat import make_chat_format
+    from orchard.data.images import ImageRef
+
+    chat = make_chat_format("qwen3_vl", qwen3_tokenizer, image_tokens=lambda w, h: (w // 32) * (h // 32))
+    tools = [{"type": "function", "function": {"name": "click", "parameters": {"type": "object", "properties": {}}}}]
+    messages = [
+        {"role": "user", "content": "Click the button.", "images": [{"width": 160, "height": 224}]},
+        {"role": "assistant", "content": "", "tool_calls": [{"name": "click", "arguments": {}}]},
+        {"role": "tool", "content": "clicked", "images": [ImageRef(sha256="0" * 64, width=64, height=64)]},
+    ]
+    rendered = chat.render(messages, tools=tools, add_generation_prompt=True)
+    start, pad, end = (qwen3_tokenizer.token_id(t) for t in ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>"))
+    assert [image.count for image in rendered.images] == [35, 4]
+    assert rendered.images[1].image.sha256 == "0" * 64
+    for image, source, text in zip(rendered.images, (Source.USER, Source.TOOL), ("Click the button.", "clicked"),
+                                   strict=True):
+        span = slice(image.start - 1, image.start + image.count + 1)
+        assert rendered.token_ids[span] == [start] + [pad] * image.count + [end]
+        assert set(rendered.sources[span]) == {source}
+        after = qwen3_tokenizer.decode(rendered.token_ids[image.start + image.count + 1:])
+        assert after.startswith(text)
+    assert rendered.token_ids.count(pad) == 39 and not any(rendered.loss_mask()[i] for i in range(len(rendered.sources))
+                                                          if rendered.token_ids[i] == pad)
+    growing = chat.start(tools)
+    for message in messages:
+        chat.append(growing, message)
+    assert chat.generation_prompt(growing).token_ids == rendered.token_ids and growing.images == rendered.images
+    text_only = [{k: v for k, v in m.items() if k != "images"} for m in messages]
+    assert chat.render(text_only, tools=tools).token_ids == Qwen3Format(qwen3_tokenizer).render(text_only, tools=tools).token_ids
+
+
+def test_images_need_a_format_with_image_tokens(qwen3_tokenizer):
+    from orchard.data.chat import make_chat_format
+
+    with pytest.raises(ValueError, match="no image tokens"):
+        Qwen3Format(qwen3_tokenizer).render([{"role": "user", "content": "hi", "images": [{"width": 1, "height": 1}]}])
+    with pytest.raises(ValueError, match="image token count"):
+        make_chat_format("qwen3_vl", qwen3_tokenizer)
