@@ -29,6 +29,22 @@ class ImageProcessing:
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
 
+    @classmethod
+    def from_hf(cls, hf: dict) -> ImageProcessing:
+        """A transformers ``preprocessor_config.json`` (``size`` bounds, or the older ``min_pixels``)."""
+        size = hf.get("size") or {}
+        defaults = cls()
+        return cls(min_pixels=int(size.get("shortest_edge", hf.get("min_pixels", defaults.min_pixels))),
+                   max_pixels=int(size.get("longest_edge", hf.get("max_pixels", defaults.max_pixels))),
+                   mean=tuple(hf.get("image_mean", defaults.mean)), std=tuple(hf.get("image_std", defaults.std)))
+
+    def to_hf(self, cfg: VisionConfig) -> dict:
+        return {"image_processor_type": "Qwen2VLImageProcessor", "size": {"shortest_edge": self.min_pixels,
+                "longest_edge": self.max_pixels}, "image_mean": list(self.mean), "image_std": list(self.std),
+                "patch_size": cfg.patch_size, "temporal_patch_size": cfg.temporal_patch_size,
+                "merge_size": cfg.spatial_merge_size, "do_resize": True, "do_rescale": True, "do_normalize": True,
+                "rescale_factor": 1 / 255, "resample": 3}
+
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """The size an image is resized to: sides rounded to multiples of ``factor``, the area kept within

@@ -17,11 +17,11 @@ as static shapes. :class:`VisionLanguageModel` is a :class:`~orchard.models.tran
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,7 @@ import numpy as np
 from flax import nnx
 
 from orchard.models.config import ModelConfig
+from orchard.models.pixels import ImageProcessing
 from orchard.models.transformer import Decoder, KVCache, Linear, Transformer, causal_mask, decode
 from orchard.models.vision import Grid, VisionConfig, VisionTower
 
@@ -53,6 +54,8 @@ class VLMConfig:
     vision_end_token_id: int
     video_token_id: int = -1
     model_type: str = "qwen3_vl"
+    # The image processor's settings (preprocessor_config.json).
+    processing: ImageProcessing = dataclasses.field(default_factory=ImageProcessing)
 
     def replace(self, **changes) -> VLMConfig:
         return dataclasses.replace(self, **changes)
@@ -88,8 +91,14 @@ class VLMConfig:
 
     @classmethod
     def from_pretrained(cls, path: str, **overrides) -> VLMConfig:
+        """``config.json``, and ``preprocessor_config.json`` when the directory has one."""
         with open(os.path.join(path, "config.json")) as handle:
-            return cls.from_hf(json.load(handle), **overrides)
+            cfg = cls.from_hf(json.load(handle), **overrides)
+        processor = os.path.join(path, "preprocessor_config.json")
+        if os.path.exists(processor):
+            with open(processor) as handle:
+                cfg = cfg.replace(processing=ImageProcessing.from_hf(json.load(handle)))
+        return cfg
 
     def to_hf(self) -> dict:
         text = self.text.to_hf()
@@ -106,9 +115,12 @@ class VLMConfig:
                 "tie_word_embeddings": self.text.tie_word_embeddings, "torch_dtype": self.text.param_dtype}
 
 
-class Images(NamedTuple):
-    """The images of a batch: all their patches, each image's grid (static) and where their
-    placeholder tokens are (flat indices into the ``B x T`` tokens, in image order)."""
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["patches", "rows"], meta_fields=["grids"])
+@dataclass(frozen=True)
+class Images:
+    """The images of a batch: all their patches, each image's grid (static: a jitted caller compiles
+    once per set of image sizes) and where their placeholder tokens are (flat indices into the
+    ``B x T`` tokens, in image order)."""
 
     patches: jax.Array  # [sum of t*h*w, C*T*P*P]
     grids: tuple[Grid, ...]
@@ -144,19 +156,21 @@ def mrope_positions(tokens: np.ndarray, grids: Sequence[Grid], cfg: VLMConfig) -
     return positions, int(positions.max(initial=-1)) + 1 - len(tokens)
 
 
-def vision_inputs(tokens: np.ndarray, images: Sequence[Sequence[tuple[np.ndarray, Grid]]], cfg: VLMConfig
-                  ) -> tuple[np.ndarray, Images | None, np.ndarray]:
+def vision_inputs(tokens: np.ndarray, images: Sequence[Sequence[tuple[np.ndarray, Grid]]], cfg: VLMConfig,
+                  pad: Sequence[int] | None = None) -> tuple[np.ndarray, Images | None, np.ndarray]:
     """Host-side inputs for a batch: ``tokens [B, T]`` and, per row, its images as ``(patches, grid)``
-    (:func:`orchard.models.pixels.patchify`). Returns positions ``[3, B, T]``, the :class:`Images` (None
-    without any) and each row's rotary delta ``[B]``."""
+    (:func:`orchard.models.pixels.patchify`); ``pad`` gives each row's left padding (its positions
+    start after it; padding takes position 0). Returns positions ``[3, B, T]``, the :class:`Images`
+    (None without any) and each row's rotary delta ``[B]``."""
     tokens = np.asarray(tokens)
     if len(images) != tokens.shape[0]:
         raise ValueError(f"images for {len(images)} rows, tokens for {tokens.shape[0]}")
-    rows_positions, deltas, patches, grids, rows = [], [], [], [], []
+    pad = np.zeros(tokens.shape[0], np.int64) if pad is None else np.asarray(pad)
+    positions = np.zeros((3, *tokens.shape), np.int32)
+    deltas, patches, grids, rows = [], [], [], []
     for b, row_images in enumerate(images):
-        positions, delta = mrope_positions(tokens[b], [g for _, g in row_images], cfg)
-        rows_positions.append(positions)
-        deltas.append(delta)
+        positions[:, b, pad[b]:], delta = mrope_positions(tokens[b, pad[b]:], [g for _, g in row_images], cfg)
+        deltas.append(delta)  # a token decoded at index i of the row (padding excluded) takes position i + delta
         for patch, grid in row_images:
             patches.append(np.asarray(patch, np.float32))
             grids.append(tuple(int(v) for v in grid))
@@ -164,7 +178,7 @@ def vision_inputs(tokens: np.ndarray, images: Sequence[Sequence[tuple[np.ndarray
     batch = None
     if patches:
         batch = Images(jnp.asarray(np.concatenate(patches)), tuple(grids), jnp.asarray(np.asarray(rows, np.int32)))
-    return np.stack(rows_positions, axis=1).astype(np.int32), batch, np.asarray(deltas, np.int32)
+    return positions, batch, np.asarray(deltas, np.int32)
 
 
 class VisionLanguageBody(nnx.Module):

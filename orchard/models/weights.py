@@ -80,7 +80,7 @@ def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transfo
         with open(config_path) as handle:
             hf = json.load(handle)
         if hf.get("model_type") in VLM_TYPES:
-            vlm_cfg = VLMConfig.from_hf(hf, **overrides)
+            vlm_cfg = VLMConfig.from_pretrained(path, **overrides)
             model = nnx.eval_shape(lambda: VisionLanguageModel(vlm_cfg, rngs=nnx.Rngs(0)))
         else:
             cfg = ModelConfig.from_hf(hf, **overrides)
@@ -112,6 +112,9 @@ def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 3
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as handle:
         json.dump(model.hf_config(), handle, indent=2)
+    if isinstance(model, VisionLanguageModel):  # its image processor's settings go with it
+        with open(os.path.join(path, "preprocessor_config.json"), "w") as handle:
+            json.dump(model.config.processing.to_hf(model.config.vision), handle, indent=2)
     shards: list[dict[str, np.ndarray]] = [{}]
     size = 0
     for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):

@@ -24,7 +24,7 @@ from orchard.data.tokenizer import Tokenizer
 from orchard.models import from_pretrained
 from orchard.models.transformer import Transformer
 from orchard.rollout.batching import ContinuousBatcher
-from orchard.rollout.sampler import Sampler, collect
+from orchard.rollout.sampler import PromptImages, Sampler, collect
 from orchard.rollout.types import Completion, SamplingParams, StreamDelta, Weights
 
 
@@ -120,19 +120,25 @@ class JaxEngine:
                         **overrides) -> JaxEngine:
         return cls(from_pretrained(path, mesh=mesh, **overrides), tokenizer)
 
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
+                 images: PromptImages | None = None) -> list[Completion]:
+        """One completion per prompt; ``images`` (per prompt, uint8 ``[H, W, 3]`` arrays in the order of
+        the prompt's image placeholders) for a vision-language model."""
         version = self.weight_version
-        completions = collect(self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens), len(prompts))
+        completions = collect(self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens, images=images),
+                              len(prompts))
         return [c if c.weight_version is not None else dataclasses.replace(c, weight_version=version)
                 for c in completions]
 
     def stream(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
-               chunk_tokens: int = 1) -> Iterator[StreamDelta]:
+               chunk_tokens: int = 1, images: PromptImages | None = None) -> Iterator[StreamDelta]:
         """Each row's new tokens (and text, with a tokenizer) as they are decoded."""
         self._check_stops(sampling)
         prompts = [list(p) for p in prompts]
+        if images and any(images) and self.batcher is not None:
+            raise ValueError("prompts with images need an engine without continuous batching (max_batch_rows=0)")
         deltas = (self.batcher.stream(prompts, sampling) if self.batcher is not None
-                  else self.sampler.stream(prompts, sampling, chunk_tokens))
+                  else self.sampler.stream(prompts, sampling, chunk_tokens, images=images))
         if self.tokenizer is None:
             yield from deltas
             return

@@ -24,7 +24,7 @@ Requests that arrive at different times share decode steps in
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import jax
@@ -32,7 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from orchard.models.pixels import patchify
 from orchard.models.transformer import Transformer
+from orchard.models.vlm import Images, VLMConfig, vision_inputs
 from orchard.rollout.types import Completion, SamplingParams, StreamDelta
 
 
@@ -79,6 +81,9 @@ def _prefill_mask(pad: jax.Array, prompt_len: int, cache_len: int) -> jax.Array:
     return (slots[None, None, :] <= steps[None, :, None]) & (slots[None, None, :] >= pad[:, None, None])
 
 
+PromptImages = Sequence[Sequence[np.ndarray]]  # per prompt, its images (uint8 [H, W, 3]) in placeholder order
+
+
 class DecodeState(NamedTuple):
     """Everything decoding carries from one step to the next; it stays on the device."""
 
@@ -94,14 +99,19 @@ class DecodeState(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new", "top"))
-def _prefill(graphdef, state, tokens, pad, *, max_new: int, top: int) -> DecodeState:
+def _prefill(graphdef, state, tokens, pad, positions=None, images: Images | None = None, *, max_new: int,
+             top: int) -> DecodeState:
+    """The prompt into a fresh cache. ``positions`` (``[3, B, P]`` for a prompt with images) default to
+    each row's index after its padding; ``images`` go to a vision-language model."""
     model = nnx.merge(graphdef, state)
     batch, prompt_len = tokens.shape
     cache_len = prompt_len + max_new
     caches = model.init_cache(batch, cache_len)
-    positions = jnp.maximum(jnp.arange(prompt_len)[None, :] - pad[:, None], 0)
+    if positions is None:
+        positions = jnp.maximum(jnp.arange(prompt_len)[None, :] - pad[:, None], 0)
+    extra = {} if images is None else {"images": images}
     logits, caches = model.forward(tokens, positions, _prefill_mask(pad, prompt_len, cache_len), caches, 0,
-                                   causal=True)
+                                   causal=True, **extra)
     return DecodeState(jnp.int32(0), caches, logits[:, -1], jnp.zeros((batch, max_new), jnp.int32),
                        jnp.zeros((batch, max_new), jnp.float32), jnp.zeros((batch,), bool),
                        jnp.zeros((batch,), jnp.int32), jnp.zeros((batch, max_new, top), jnp.int32),
@@ -109,9 +119,10 @@ def _prefill(graphdef, state, tokens, pad, *, max_new: int, top: int) -> DecodeS
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("decode",))
-def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, seed, temperature, top_k, top_p,
+def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, delta, seed, temperature, top_k, top_p,
             stop_ids) -> DecodeState:
-    """Sample until step ``until`` or until every row is done, in one compiled loop."""
+    """Sample until step ``until`` or until every row is done, in one compiled loop. A token at slot ``s``
+    takes position ``s - pad + delta`` (``delta``: 0, or a prompt with images' rotary delta)."""
     model = nnx.merge(graphdef, state)
     slots = jnp.arange(decode.caches[0].k.shape[1])
 
@@ -133,7 +144,7 @@ def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, seed, 
         done = done | jnp.any(token[:, None] == stop_ids[None, :], axis=-1)
         slot = prompt_len + step
         mask = ((slots <= slot)[None, :] & (slots[None, :] >= pad[:, None]))[:, None, :]  # [B, 1, S]
-        logits, caches = model.forward(token[:, None], (slot - pad)[:, None], mask, carry.caches, slot)
+        logits, caches = model.forward(token[:, None], (slot - pad + delta)[:, None], mask, carry.caches, slot)
         return DecodeState(step + 1, caches, logits[:, -1], tokens, logprobs, done, lengths, top_ids, top_logprobs)
 
     return jax.lax.while_loop(cond, body, decode)
@@ -172,6 +183,7 @@ class Sampler:
     def __init__(self, model: Transformer) -> None:
         self.graphdef, self.state = nnx.split(model)
         self.cfg = model.cfg
+        self.config = getattr(model, "config", model.cfg)  # a VLM's whole config (its vision tower's too)
 
     def update(self, params: nnx.State) -> None:
         """Take new parameters of the same architecture (a trainer's ``nnx.split(model, nnx.Param)``):
@@ -186,6 +198,20 @@ class Sampler:
                              "(the same names, shapes and dtypes)")
         self.state = params
 
+    def _vision(self, tokens: np.ndarray, pad: np.ndarray, images: PromptImages | None
+                ) -> tuple[jax.Array | None, Images | None, jax.Array]:
+        """Positions, images and rotary deltas of a padded batch (None, None, zeros without images)."""
+        none = jnp.zeros(tokens.shape[0], jnp.int32)
+        if images is None or not any(images):
+            return None, None, none
+        if not isinstance(self.config, VLMConfig):
+            raise ValueError("this model takes no images: it is not a vision-language model")
+        if len(images) != tokens.shape[0]:
+            raise ValueError(f"images for {len(images)} prompts, {tokens.shape[0]} prompts")
+        patches = [[patchify(np.asarray(image), self.config.vision, self.config.processing) for image in row] for row in images]
+        positions, batch_images, delta = vision_inputs(tokens, patches, self.config, pad)
+        return jnp.asarray(positions), batch_images, jnp.asarray(delta)
+
     def check(self, prompts: list[list[int]], params: SamplingParams) -> None:
         """Raise ``ValueError`` for a request this model cannot serve."""
         if not prompts or any(not p for p in prompts):
@@ -197,14 +223,17 @@ class Sampler:
         if any(not 0 <= t < self.cfg.vocab_size for p in prompts for t in p):
             raise ValueError(f"token ids must be in [0, {self.cfg.vocab_size})")
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        return collect(self.stream(prompts, params, chunk_tokens=params.max_tokens), len(prompts))
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 images: PromptImages | None = None) -> list[Completion]:
+        return collect(self.stream(prompts, params, chunk_tokens=params.max_tokens, images=images), len(prompts))
 
-    def stream(self, prompts: list[list[int]], params: SamplingParams,
-               chunk_tokens: int = 1) -> Iterator[StreamDelta]:
+    def stream(self, prompts: list[list[int]], params: SamplingParams, chunk_tokens: int = 1,
+               images: PromptImages | None = None) -> Iterator[StreamDelta]:
         """Generate, yielding each row's new tokens every ``chunk_tokens`` decode steps.
 
-        Sampling is keyed by step, so the tokens are the same whatever the chunk size.
+        ``images``: per prompt, its images (uint8 ``[H, W, 3]``) in the order of their placeholders,
+        for a vision-language model. Sampling is keyed by step, so the tokens are the same whatever
+        the chunk size.
         """
         self.check(prompts, params)
         prompt_len = bucket(max(len(p) for p in prompts))
@@ -213,18 +242,19 @@ class Sampler:
         for row, prompt in enumerate(prompts):
             pad[row] = prompt_len - len(prompt)
             tokens[row, pad[row]:] = prompt
+        positions, batch_images, delta = self._vision(tokens, pad, images)
         pad = jnp.asarray(pad)
         stop_ids = jnp.asarray(params.stop_token_ids or (-1,), jnp.int32)
         sampling = (jnp.int32(params.seed % 2**31), jnp.float32(params.temperature), jnp.int32(params.top_k),
                     jnp.float32(params.top_p), stop_ids)
-        decode = _prefill(self.graphdef, self.state, jnp.asarray(tokens), pad, max_new=bucket(params.max_tokens),
-                          top=params.top_logprobs)
+        decode = _prefill(self.graphdef, self.state, jnp.asarray(tokens), pad, positions, batch_images,
+                          max_new=bucket(params.max_tokens), top=params.top_logprobs)
         sent = np.zeros(len(prompts), np.int64)
         finished = np.zeros(len(prompts), bool)
         while not finished.all():
             until = min(int(decode.step) + chunk_tokens, params.max_tokens)
             decode = _decode(self.graphdef, self.state, decode, jnp.int32(until), jnp.int32(prompt_len), pad,
-                             *sampling)
+                             delta, *sampling)
             out_tokens, out_logprobs, lengths, done, step, top_ids, top_values = jax.device_get(
                 (decode.tokens, decode.logprobs, decode.lengths, decode.done, decode.step, decode.top_ids,
                  decode.top_logprobs))

@@ -16,7 +16,7 @@ from orchard.models.pixels import ImageProcessing, patchify, smart_resize
 from orchard.models.vlm import mrope_positions, vision_inputs
 
 FIXTURE = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "models", "qwen3_vl")
-PROCESSING = ImageProcessing(min_pixels=64, max_pixels=64 * 64)
+PROCESSING = ImageProcessing(min_pixels=64, max_pixels=64 * 64)  # the fixture's preprocessor_config.json
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,7 @@ def test_config_reads_the_checkpoint(model):
     assert cfg.text.mrope_section == (4, 2, 2) and cfg.text.qk_norm and not cfg.text.tie_word_embeddings
     assert cfg.vision.deepstack_visual_indexes == (0, 1) and cfg.vision.factor == 8
     assert (cfg.image_token_id, cfg.vision_start_token_id, cfg.vision_end_token_id) == (100, 101, 102)
+    assert cfg.processing == PROCESSING  # read from preprocessor_config.json
 
 
 def test_patches_equal_the_image_processor(expected, model):
@@ -110,7 +111,7 @@ def test_placeholders_that_do_not_fit_the_images_are_clear_errors(model, expecte
 
 def test_save_pretrained_round_trips(model, expected, tmp_path):
     save_pretrained(model, str(tmp_path))
-    assert VLMConfig.from_pretrained(str(tmp_path)) == VLMConfig.from_pretrained(FIXTURE)
+    assert VLMConfig.from_pretrained(str(tmp_path)) == VLMConfig.from_pretrained(FIXTURE)  # preprocessor too
     reloaded = from_pretrained(str(tmp_path), dtype="float32")
     tokens = expected["tokens_two"]
     positions, images, _ = vision_inputs(tokens, [_images(expected, model, 2)], model.config)

@@ -141,3 +141,38 @@ def test_bucket_pads_less_than_a_quarter_with_four_sizes_per_octave():
     sizes = {bucket(n) for n in range(513, 1025)}
     assert sizes == {640, 768, 896, 1024}
     assert all(n <= bucket(n) < 1.25 * n + 1 for n in range(17, 5000))
+
+
+def test_a_vision_language_model_samples_with_its_images_as_hf_generate_does():
+    """Qwen3-VL through the engine: the image's pixels are processed with the model's own
+    preprocessor settings and prefilled with the text; decoding continues from the prompt's rotary
+    delta. The one-image prompt, left-padded in a batch beside a longer two-image prompt, still
+    decodes as HF ``generate`` does alone."""
+    from orchard.rollout.jax_engine import JaxEngine
+
+    expected = golden("qwen3_vl")
+    engine = JaxEngine(load("qwen3_vl"))
+    one, two = expected["tokens_one"][0].tolist(), expected["tokens_two"][0].tolist()
+    images = [[expected["image_0"]], [expected["image_0"], expected["image_1"]]]
+    completions = engine.generate([one, two], GREEDY, images=images)
+    assert completions[0].token_ids == expected["greedy_one"].tolist()
+    [alone] = engine.generate([one], GREEDY, images=images[:1])
+    assert alone.token_ids == expected["greedy_one"].tolist()
+    with pytest.raises(ValueError, match="more image tokens"):  # its 6 placeholders are for image 0, not 1
+        engine.generate([one], GREEDY, images=[[expected["image_1"]]])
+
+
+def test_images_for_a_text_model_are_a_clear_error():
+    with pytest.raises(ValueError, match="not a vision-language model"):
+        Sampler(load("qwen3")).generate([[1, 2, 3]], GREEDY, images=[[np.zeros((8, 8, 3), np.uint8)]])
+
+
+def test_images_through_the_continuous_batcher_are_refused_clearly():
+    from orchard.rollout.jax_engine import JaxEngine
+
+    engine = JaxEngine(load("qwen3_vl"), max_batch_rows=2)
+    try:
+        with pytest.raises(ValueError, match="without continuous batching"):
+            engine.generate([[1, 2]], GREEDY, images=[[np.zeros((8, 8, 3), np.uint8)]])
+    finally:
+        engine.close()
