@@ -22,7 +22,8 @@ Departures from HF ``apply_chat_template``, which renders one string and tokenis
   on sampled tokens cannot allow. Conversations without those two cases render identically.
 
 Images (``Qwen3VLFormat``): a user or tool message's ``images`` (anything with ``width`` and ``height``
-in pixels: :class:`~orchard.data.images.ImageRef`, or a dict) are rendered before its text as
+in pixels: :class:`~orchard.data.images.ImageRef`, or a dict) are rendered after its text (where
+:class:`~orchard.data.trajectory.Message` keeps them, and where ``OpenAIChatPolicy`` sends them) as
 ``<|vision_start|>``, one ``<|image_pad|>`` per language-model token of the image at its processed
 size, and ``<|vision_end|>``, all with the message's source; :attr:`Rendered.images` records where each
 image's placeholders are, for the model to put the image's features there.
@@ -243,7 +244,7 @@ class ChatMLFormat:
         return [(_text(message), Source(message["role"]))]
 
     def _images(self, rendered: Rendered, message: Message, source: Source) -> None:
-        """A message's images, before its text (a format without image tokens refuses them)."""
+        """A message's images, after its text (a format without image tokens refuses them)."""
         if message.get("images"):
             raise ValueError(f"{type(self).__name__} has no image tokens; use Qwen3VLFormat")
 
@@ -251,9 +252,9 @@ class ChatMLFormat:
               end: bool = True, message: Message | None = None) -> None:
         rendered.extend([self.im_start], Source.TEMPLATE)
         rendered.extend(self.tokenizer.encode(f"{role}\n" if end else role), Source.TEMPLATE)
+        self._extend_pieces(rendered, body)
         if message is not None:
             self._images(rendered, message, source)
-        self._extend_pieces(rendered, body)
         if end:
             self._end(rendered, source)
 
@@ -314,9 +315,12 @@ class Qwen3Format(ChatMLFormat):
         if not rendered.open_tool_turn:
             self._turn(rendered, "user", [], Source.TOOL, end=False)
             rendered.open_tool_turn = True
-        self._extend_pieces(rendered, [("\n<tool_response>\n", Source.TEMPLATE)])
-        self._images(rendered, message, Source.TOOL)
-        self._extend_pieces(rendered, [(_text(message), Source.TOOL), ("\n</tool_response>", Source.TEMPLATE)])
+        pieces = [("\n<tool_response>\n", Source.TEMPLATE), (_text(message), Source.TOOL)]
+        if message.get("images"):  # split the text only where an image sits, so text tokenises as HF's does
+            self._extend_pieces(rendered, pieces)
+            self._images(rendered, message, Source.TOOL)
+            pieces = []
+        self._extend_pieces(rendered, [*pieces, ("\n</tool_response>", Source.TEMPLATE)])
         rendered.spans.append(("tool", start, len(rendered.token_ids)))
         return rendered
 

@@ -12,12 +12,14 @@ unchanged page) is stored once, and a trajectory file stays small enough to read
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import struct
 import tempfile
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 MEDIA_EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
@@ -64,6 +66,13 @@ class ImageStore:
                 out.write(data)
             os.replace(temporary, target)
         return ref
+
+    def pixels(self, ref: ImageRef) -> np.ndarray:
+        """The image decoded to RGB, uint8 ``[height, width, 3]`` (what a vision model's processor takes)."""
+        from PIL import Image  # Pillow comes with the training stack, not with Orchard Env
+
+        with Image.open(io.BytesIO(self.read(ref))) as image:
+            return np.asarray(image.convert("RGB"))
 
     def read(self, ref: ImageRef) -> bytes:
         """The image's bytes, checked against its hash."""

@@ -128,6 +128,8 @@ class Message(BaseModel):
                                    "function": {"name": c.name, "arguments": c.arguments}} for c in self.tool_calls]
         if self.token_ids is not None:
             chat["token_ids"] = self.token_ids
+        if self.images:
+            chat["images"] = list(self.images)
         return chat
 
 

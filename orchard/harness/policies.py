@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from orchard.data.chat import ChatFormat
+from orchard.data.chat import ChatFormat, Rendered
 from orchard.data.examples import ContextView
 from orchard.data.images import ImageStore, recent_images
 from orchard.data.trajectory import Message, ToolCall, token_digest
@@ -58,23 +58,31 @@ class EnginePolicy:
 
     ``view`` chooses what a turn's prompt shows of the conversation (default: all of it, rendered
     incrementally). A view that drops or rewrites earlier messages (keeping only the latest
-    screenshot, say) renders each prompt whole; its turns are then not prefixes of one another,
-    and only per-turn training rows built with the same view can train on them.
+    screenshot, say: :func:`~orchard.data.examples.latest_images`) renders each prompt whole; its
+    turns are then not prefixes of one another, and only per-turn training rows built with the same
+    view can train on them.
+
+    Images: a prompt whose messages carry screenshots needs a chat format with image tokens
+    (``qwen3_vl``) and the ``images`` store they were saved in; the engine gets their pixels beside
+    the prompt ids (``engine.generate(prompts, sampling, images=...)``, which ``JaxEngine`` takes). A
+    text-only policy on such a conversation shows none: ``view=latest_images(0)``.
     """
 
     def __init__(self, engine: RolloutEngine, chat_format: ChatFormat,
                  sampling: SamplingParams = SamplingParams(max_tokens=4096, temperature=1.0), *,
-                 name: str = "engine", concurrency: int = 1, view: ContextView | None = None) -> None:
+                 name: str = "engine", concurrency: int = 1, view: ContextView | None = None,
+                 images: ImageStore | None = None) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        self.engine, self.format, self.name, self.view = engine, chat_format, name, view
+        self.engine, self.format, self.name, self.view, self.images = engine, chat_format, name, view, images
         self.tokenizer = chat_format.tokenizer
         stops = tuple(dict.fromkeys([*sampling.stop_token_ids, *chat_format.end_of_turn_ids]))
         self.sampling = dataclasses.replace(sampling, stop_token_ids=stops)
         self._slots = threading.BoundedSemaphore(concurrency)
 
     async def act(self, conversation: Conversation, *, max_context: int | None = None) -> Turn:
-        prompt = self._prompt(conversation)
+        rendered = self._prompt(conversation)
+        prompt, pixels = rendered.token_ids, self._pixels(rendered)
         max_new = self.sampling.max_tokens
         if max_context is not None:
             room = max_context - len(prompt)
@@ -84,7 +92,7 @@ class EnginePolicy:
         turn_number = sum(m.role == "assistant" for m in conversation.messages)
         sampling = dataclasses.replace(self.sampling, max_tokens=max_new,
                                        seed=turn_seed(self.sampling.seed, conversation.seed, turn_number))
-        completions = await asyncio.to_thread(self._generate, prompt, sampling)
+        completions = await asyncio.to_thread(self._generate, prompt, sampling, pixels)
         if len(completions) != 1:
             raise PolicyError(f"the engine returned {len(completions)} completions for one prompt")
         [completion] = completions
@@ -96,11 +104,19 @@ class EnginePolicy:
         return Turn(message=message, prompt_tokens=len(prompt),
                     completion_tokens=len(ids), finish_reason=completion.finish_reason, errors=errors)
 
-    def _generate(self, prompt: list[int], sampling: SamplingParams) -> list:
+    def _generate(self, prompt: list[int], sampling: SamplingParams, pixels: list) -> list:
         with self._slots:
+            if pixels:
+                return self.engine.generate([prompt], sampling, images=[pixels])
             return self.engine.generate([prompt], sampling)
 
-    def _prompt(self, conversation: Conversation) -> list[int]:
+    def _pixels(self, rendered: Rendered) -> list:
+        """The decoded images of a rendered prompt, in the order of their placeholders."""
+        if rendered.images and self.images is None:
+            raise PolicyError("the prompt shows images but the policy has no image store to read them from")
+        return [self.images.pixels(image.image) for image in rendered.images]
+
+    def _prompt(self, conversation: Conversation) -> Rendered:
         """The prompt ids: the conversation (or its ``view``) rendered, plus a generation prompt.
 
         Without a view the rendering is cached and extended by the messages added since (the cache
@@ -108,7 +124,7 @@ class EnginePolicy:
         messages = conversation.messages
         if self.view is not None:
             shown = [m.to_chat() for m in self.view(messages)]
-            return self.format.render(shown, conversation.tools, add_generation_prompt=True).token_ids
+            return self.format.render(shown, conversation.tools, add_generation_prompt=True)
         key = ("EnginePolicy", id(self))
         rendered, count = conversation.state.get(key, (None, 0))
         if rendered is None or count > len(messages):
@@ -116,7 +132,7 @@ class EnginePolicy:
         for message in messages[count:]:
             self.format.append(rendered, message.to_chat())
         conversation.state[key] = (rendered, len(messages))
-        return self.format.generation_prompt(rendered.copy()).token_ids
+        return self.format.generation_prompt(rendered.copy())
 
     def _assistant_message(self, text: str, tools_offered: bool, sampled: dict[str, Any]) -> tuple[Message, list[str]]:
         """Reasoning, content and tool calls from generated text, and the parse errors met.

@@ -25,10 +25,13 @@ class ScriptedEngine:
         self.with_text = text  # engines with a tokenizer return text; the policy must cope with both
         self.prompts: list[list[int]] = []
         self.samplings: list[SamplingParams] = []
+        self.images: list[list] = []  # per call, the pixels given with its prompt (a vision policy's)
         self.called = threading.Event()
         self.end = tokenizer.token_id("<|im_end|>")
 
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams,
+                 images: Sequence[Sequence] | None = None) -> list[Completion]:
+        self.images.append([list(row) for row in images] if images is not None else [])
         completions = []
         for prompt in prompts:
             self.prompts.append(list(prompt))

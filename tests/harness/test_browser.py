@@ -10,9 +10,12 @@ import json
 import os
 import signal
 
+import numpy as np
 import pytest
 from PIL import Image
 
+from orchard.data.chat import make_chat_format
+from orchard.data.examples import latest_images
 from orchard.data.images import ImageStore
 from orchard.data.trajectory import Message, ToolCall
 from orchard.harness.browser import TOOL_NAMES, TOOLS, BrowserHarness, screenshots
@@ -113,8 +116,8 @@ def test_every_tool_acts_on_the_local_site(shop):
     assert page(sb, "() => document.body.dataset.submitted") == "orchard"
     act(sb, harness, "scroll", x=100, y=100, delta_y=600)
     assert page(sb, "() => window.scrollY") > 0
-    assert page(sb, "() => document.getElementById('later')") is None
-    act(sb, harness, "wait", seconds=2)  # the page adds a button after 1.5 s
+    observation = act(sb, harness, "wait", seconds=2)  # the page adds a button 1.5 s after it loads
+    assert observation.message.content == "waited 2 s"
     assert page(sb, "() => document.getElementById('later').textContent") == "Ready"
     act(sb, harness, "new_tab", url=f"{ORIGIN}/orders.html")
     act(sb, harness, "new_tab")
@@ -160,8 +163,11 @@ def test_bad_calls_are_format_errors_and_failed_calls_are_observations(shop):
         assert observation.submission is None and observation.then  # the run goes on, with a new screenshot
 
 
-def test_a_qwen3_policy_solves_a_site_task_and_images_are_kept_by_hash(shop, tokenizer, chat_format, tmp_path):
-    """<think> and <tool_call> as the model writes them, parsed by the project's Qwen3 format."""
+@pytest.mark.parametrize("vision", [False, True], ids=["text", "vision"])
+def test_a_qwen3_policy_solves_a_site_task_and_images_are_kept_by_hash(shop, tokenizer, chat_format, tmp_path, vision):
+    """<think> and <tool_call> as the model writes them, parsed by the project's Qwen3 format. A text
+    policy's prompts show no screenshot; a vision policy's (``qwen3_vl``, the paper's k = 1) show the
+    latest one as placeholders, and its engine gets that screenshot's pixels."""
     sb, task = shop
     sb.run_async(task.setup)
     product = next(p for p in task.shop.products if p[0] in task.prompt)
@@ -173,8 +179,12 @@ def test_a_qwen3_policy_solves_a_site_task_and_images_are_kept_by_hash(shop, tok
         + json.dumps({"name": "click", "arguments": {"x": link[0], "y": link[1]}}) + "\n</tool_call>",
         "<think>\nThe price is on the page.\n</think>\n\n<tool_call>\n"
         + json.dumps({"name": "done", "arguments": {"response": task.answer}}) + "\n</tool_call>"]
-    policy = EnginePolicy(ScriptedEngine(tokenizer, replies), chat_format, SamplingParams(max_tokens=200))
-    harness = BrowserHarness(images=ImageStore(tmp_path))
+    engine, store = ScriptedEngine(tokenizer, replies), ImageStore(tmp_path)
+    per_image = 12  # placeholders per screenshot, whatever its size, for this check
+    fmt = make_chat_format("qwen3_vl", tokenizer, lambda w, h: per_image) if vision else chat_format
+    policy = EnginePolicy(engine, fmt, SamplingParams(max_tokens=200), view=latest_images(1 if vision else 0),
+                          images=store if vision else None)
+    harness = BrowserHarness(images=store)
     trajectory = sb.run_async(lambda box: run_agent(harness, policy, box, task.prompt, limits=Limits(max_steps=5)))
     assert trajectory.metadata["end_reason"] == "submitted" and trajectory.metadata["submission"] == task.answer
     assert sb.run_async(task.grade, trajectory).reward == 1.0
@@ -184,6 +194,16 @@ def test_a_qwen3_policy_solves_a_site_task_and_images_are_kept_by_hash(shop, tok
     shots = screenshots(trajectory, tmp_path)
     assert len(shots) == 2 and all(shot.startswith(b"\x89PNG") for shot in shots)
     assert len(os.listdir(tmp_path)) >= 1
+    pad = tokenizer.token_id("<|image_pad|>")
+    assert [prompt.count(pad) for prompt in engine.prompts] == ([per_image] * 2 if vision else [0, 0])
+    if vision:  # the latest screenshot, decoded, at CSS pixels (the viewport's size)
+        latest = [next(m for m in reversed(trajectory.messages[:i]) if m.images).images[-1]
+                  for i, m in enumerate(trajectory.messages) if m.role == "assistant"]
+        for (row,), ref in zip(engine.images, latest, strict=True):
+            assert len(row) == 1 and row[0].shape == (ref.height, ref.width, 3) == (360, 480, 3)
+            np.testing.assert_array_equal(row[0], store.pixels(ref))
+    else:
+        assert engine.images == [[], []]
 
 
 class _KillingPolicy:
