@@ -111,10 +111,11 @@ class EnginePolicy:
             return self.engine.generate([prompt], sampling)
 
     def _pixels(self, rendered: Rendered) -> list:
-        """The decoded images of a rendered prompt, in the order of their placeholders."""
+        """The decoded images of a rendered prompt with where their placeholders start (a sampled turn
+        may hold the image token as text: the engine must not take it for an image)."""
         if rendered.images and self.images is None:
             raise PolicyError("the prompt shows images but the policy has no image store to read them from")
-        return [self.images.pixels(image.image) for image in rendered.images]
+        return [(self.images.pixels(image.image), image.start) for image in rendered.images]
 
     def _prompt(self, conversation: Conversation) -> Rendered:
         """The prompt ids: the conversation (or its ``view``) rendered, plus a generation prompt.

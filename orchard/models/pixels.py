@@ -64,10 +64,15 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h, w
 
 
+def image_grid(width: int, height: int, cfg: VisionConfig, processing: ImageProcessing = ImageProcessing()) -> Grid:
+    """The patch grid ``(1, rows, columns)`` of a ``width x height`` image at its processed size."""
+    h, w = smart_resize(height, width, cfg.factor, processing.min_pixels, processing.max_pixels)
+    return 1, h // cfg.patch_size, w // cfg.patch_size
+
+
 def image_tokens(width: int, height: int, cfg: VisionConfig, processing: ImageProcessing = ImageProcessing()) -> int:
     """How many placeholder tokens a ``width x height`` image takes in a prompt (at its processed size)."""
-    h, w = smart_resize(height, width, cfg.factor, processing.min_pixels, processing.max_pixels)
-    return cfg.tokens_for((1, h // cfg.patch_size, w // cfg.patch_size))
+    return cfg.tokens_for(image_grid(width, height, cfg, processing))
 
 
 def patchify(image: np.ndarray, cfg: VisionConfig, processing: ImageProcessing = ImageProcessing()

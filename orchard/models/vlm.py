@@ -38,7 +38,8 @@ VLM_TYPES = ("qwen3_vl",)
 # The tiny shape of the CPU default: the text model is the ``tiny`` preset as a Qwen3 (QK-norm, 3-D
 # rotary positions split 4/2/2 over its 8 frequencies); the tower has 2 blocks of width 64 over 16-pixel
 # patches merged 2x2, so a 160 x 224 screenshot is 35 language-model tokens, with DeepStack after block 0.
-TINY_TEXT = {**ModelConfig.preset_fields("tiny"), "model_type": "qwen3", "qk_norm": True, "mrope_section": (4, 2, 2)}
+TINY_TEXT = {**ModelConfig.preset_fields("tiny"), "model_type": "qwen3", "qk_norm": True, "mrope_section": (4, 2, 2),
+             "max_position_embeddings": 4096}  # a GUI turn's prompt: the 13 tools' schemas, the page, a screenshot
 TINY_VISION = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4, "patch_size": 16,
                "num_position_embeddings": 64, "deepstack_visual_indexes": (0,)}
 
@@ -127,39 +128,59 @@ class Images:
     rows: jax.Array  # [sum of tokens_for(grid)] int32
 
 
-def mrope_positions(tokens: np.ndarray, grids: Sequence[Grid], cfg: VLMConfig) -> tuple[np.ndarray, int]:
-    """Positions ``[3, T]`` of one row of tokens whose image placeholders stand for ``grids`` (in order),
-    and the row's rotary delta (its largest position + 1 - T: what decoding adds to a token's index)."""
+def placeholder_starts(tokens: np.ndarray, grids: Sequence[Grid], cfg: VLMConfig) -> list[int]:
+    """Where each image's placeholders start, found by scanning for image tokens (as transformers does):
+    the first run of ``tokens_for(grid)`` image tokens for each grid in turn, and no image token
+    besides. Callers that know where their images are (a rendered prompt) pass their starts instead,
+    since a sampled completion may contain the image token as text."""
     tokens = np.asarray(tokens)
+    placeholder = np.flatnonzero(tokens == cfg.image_token_id)
+    starts, used = [], 0
+    for grid in grids:
+        if used >= len(placeholder):
+            raise ValueError(f"{len(grids)} images but fewer runs of image tokens in the prompt")
+        starts.append(int(placeholder[used]))
+        used += cfg.vision.tokens_for(grid)
+    if used < len(placeholder):
+        raise ValueError(f"more image tokens than the {len(grids)} images account for")
+    return starts
+
+
+def mrope_positions(tokens: np.ndarray, grids: Sequence[Grid], cfg: VLMConfig,
+                    starts: Sequence[int] | None = None) -> tuple[np.ndarray, int]:
+    """Positions ``[3, T]`` of one row of tokens whose images of ``grids`` have their placeholders at
+    ``starts`` (default: :func:`placeholder_starts`), and the row's rotary delta (its largest
+    position + 1 - T: what decoding adds to a token's index)."""
+    tokens = np.asarray(tokens)
+    starts = placeholder_starts(tokens, grids, cfg) if starts is None else list(starts)
+    if len(starts) != len(grids):
+        raise ValueError(f"{len(starts)} placeholder starts for {len(grids)} images")
     merge = cfg.vision.spatial_merge_size
     positions = np.zeros((3, len(tokens)), np.int64)
     next_position, start = 0, 0
-    grids = list(grids)
-    placeholder = np.flatnonzero(tokens == cfg.image_token_id)
-    for t, h, w in grids:
-        if start >= len(tokens) or not np.any(placeholder >= start):
-            raise ValueError(f"{len(grids)} images but fewer runs of image tokens in the prompt")
-        first = int(placeholder[placeholder >= start][0])
-        text = first - start
-        positions[:, start:first] = next_position + np.arange(text)
+    for (t, h, w), first in zip(grids, starts, strict=True):
         gh, gw = h // merge, w // merge
         count = t * gh * gw
-        if not np.all(tokens[first:first + count] == cfg.image_token_id):
+        if first < start or not np.all(tokens[first:first + count] == cfg.image_token_id) or first + count > len(tokens):
             raise ValueError(f"an image of grid {(t, h, w)} needs {count} placeholder tokens at {first}")
+        text = first - start
+        positions[:, start:first] = next_position + np.arange(text)
         frame, row, col = np.meshgrid(np.arange(t), np.arange(gh), np.arange(gw), indexing="ij")
         positions[:, first:first + count] = np.stack([frame, row, col]).reshape(3, -1) + next_position + text
         next_position = int(positions[:, first:first + count].max()) + 1
         start = first + count
-    if np.any(placeholder >= start):
-        raise ValueError(f"more image tokens than the {len(grids)} images account for")
     positions[:, start:] = next_position + np.arange(len(tokens) - start)
     return positions, int(positions.max(initial=-1)) + 1 - len(tokens)
 
 
-def vision_inputs(tokens: np.ndarray, images: Sequence[Sequence[tuple[np.ndarray, Grid]]], cfg: VLMConfig,
+RowImage = tuple[np.ndarray, Grid] | tuple[np.ndarray, Grid, int]  # patches, grid, and where its placeholders start
+
+
+def vision_inputs(tokens: np.ndarray, images: Sequence[Sequence[RowImage]], cfg: VLMConfig,
                   pad: Sequence[int] | None = None) -> tuple[np.ndarray, Images | None, np.ndarray]:
     """Host-side inputs for a batch: ``tokens [B, T]`` and, per row, its images as ``(patches, grid)``
-    (:func:`orchard.models.pixels.patchify`); ``pad`` gives each row's left padding (its positions
+    (:func:`orchard.models.pixels.patchify`), or ``(patches, grid, start)`` with the index (in the row,
+    padding excluded) of its first placeholder; ``pad`` gives each row's left padding (its positions
     start after it; padding takes position 0). Returns positions ``[3, B, T]``, the :class:`Images`
     (None without any) and each row's rotary delta ``[B]``."""
     tokens = np.asarray(tokens)
@@ -169,12 +190,16 @@ def vision_inputs(tokens: np.ndarray, images: Sequence[Sequence[tuple[np.ndarray
     positions = np.zeros((3, *tokens.shape), np.int32)
     deltas, patches, grids, rows = [], [], [], []
     for b, row_images in enumerate(images):
-        positions[:, b, pad[b]:], delta = mrope_positions(tokens[b, pad[b]:], [g for _, g in row_images], cfg)
+        row = tokens[b, pad[b]:]
+        row_grids = [tuple(int(v) for v in image[1]) for image in row_images]
+        starts = ([int(image[2]) for image in row_images] if all(len(image) > 2 for image in row_images)
+                  else placeholder_starts(row, row_grids, cfg))
+        positions[:, b, pad[b]:], delta = mrope_positions(row, row_grids, cfg, starts)
         deltas.append(delta)  # a token decoded at index i of the row (padding excluded) takes position i + delta
-        for patch, grid in row_images:
-            patches.append(np.asarray(patch, np.float32))
-            grids.append(tuple(int(v) for v in grid))
-        rows.extend(b * tokens.shape[1] + np.flatnonzero(tokens[b] == cfg.image_token_id))
+        for image, grid, first in zip(row_images, row_grids, starts, strict=True):
+            patches.append(np.asarray(image[0], np.float32))
+            grids.append(grid)
+            rows.extend(b * tokens.shape[1] + pad[b] + first + np.arange(cfg.vision.tokens_for(grid)))
     batch = None
     if patches:
         batch = Images(jnp.asarray(np.concatenate(patches)), tuple(grids), jnp.asarray(np.asarray(rows, np.int32)))
@@ -231,13 +256,14 @@ class VisionLanguageModel(Transformer):
                 raise ValueError(f"{images.rows.shape[0]} image tokens in the prompt for {features.shape[0]} "
                                  f"image features")
             b, t, d = x.shape
-            x = x.reshape(b * t, d).at[images.rows].set(features.astype(x.dtype)).reshape(b, t, d)
+            # Rows past the end (a batch's padding images) are dropped.
+            x = x.reshape(b * t, d).at[images.rows].set(features.astype(x.dtype), mode="drop").reshape(b, t, d)
 
             def after_layer(index: int, hidden: jax.Array) -> jax.Array:
                 if index >= len(deepstack):
                     return hidden
                 flat = hidden.reshape(b * t, d)
-                return flat.at[images.rows].add(deepstack[index].astype(hidden.dtype)).reshape(b, t, d)
+                return flat.at[images.rows].add(deepstack[index].astype(hidden.dtype), mode="drop").reshape(b, t, d)
         return decode(self.decoder, self.lm_head, x, positions, mask, caches, write_index, causal, logits_at,
                       after_layer)
 

@@ -81,7 +81,10 @@ def _prefill_mask(pad: jax.Array, prompt_len: int, cache_len: int) -> jax.Array:
     return (slots[None, None, :] <= steps[None, :, None]) & (slots[None, None, :] >= pad[:, None, None])
 
 
-PromptImages = Sequence[Sequence[np.ndarray]]  # per prompt, its images (uint8 [H, W, 3]) in placeholder order
+# An image (uint8 [H, W, 3]), or with the index of its first placeholder in the prompt (which a caller that
+# rendered the prompt knows; otherwise the placeholders are found by scanning for the image token).
+PromptImage = np.ndarray | tuple[np.ndarray, int]
+PromptImages = Sequence[Sequence[PromptImage]]  # per prompt, its images in placeholder order
 
 
 class DecodeState(NamedTuple):
@@ -208,9 +211,15 @@ class Sampler:
             raise ValueError("this model takes no images: it is not a vision-language model")
         if len(images) != tokens.shape[0]:
             raise ValueError(f"images for {len(images)} prompts, {tokens.shape[0]} prompts")
-        patches = [[patchify(np.asarray(image), self.config.vision, self.config.processing) for image in row] for row in images]
+        patches = [[self._patches(image) for image in row] for row in images]
         positions, batch_images, delta = vision_inputs(tokens, patches, self.config, pad)
         return jnp.asarray(positions), batch_images, jnp.asarray(delta)
+
+    def _patches(self, image: PromptImage) -> tuple:
+        """An image (or ``(image, start)``) processed as the model does: ``(patches, grid[, start])``."""
+        pixels, start = image if isinstance(image, tuple) else (image, None)
+        patches, grid = patchify(np.asarray(pixels), self.config.vision, self.config.processing)
+        return (patches, grid) if start is None else (patches, grid, start)
 
     def check(self, prompts: list[list[int]], params: SamplingParams) -> None:
         """Raise ``ValueError`` for a request this model cannot serve."""
@@ -231,8 +240,8 @@ class Sampler:
                images: PromptImages | None = None) -> Iterator[StreamDelta]:
         """Generate, yielding each row's new tokens every ``chunk_tokens`` decode steps.
 
-        ``images``: per prompt, its images (uint8 ``[H, W, 3]``) in the order of their placeholders,
-        for a vision-language model. Sampling is keyed by step, so the tokens are the same whatever
+        ``images``: per prompt, its images (uint8 ``[H, W, 3]``, or ``(image, start)`` with the index of
+        its first placeholder) in the order of their placeholders, for a vision-language model. Sampling is keyed by step, so the tokens are the same whatever
         the chunk size.
         """
         self.check(prompts, params)

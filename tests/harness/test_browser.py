@@ -194,14 +194,16 @@ def test_a_qwen3_policy_solves_a_site_task_and_images_are_kept_by_hash(shop, tok
     shots = screenshots(trajectory, tmp_path)
     assert len(shots) == 2 and all(shot.startswith(b"\x89PNG") for shot in shots)
     assert len(os.listdir(tmp_path)) >= 1
-    pad = tokenizer.token_id("<|image_pad|>")
+    pad, start_id, end_id = (tokenizer.token_id(t) for t in ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>"))
     assert [prompt.count(pad) for prompt in engine.prompts] == ([per_image] * 2 if vision else [0, 0])
     if vision:  # the latest screenshot, decoded, at CSS pixels (the viewport's size)
         latest = [next(m for m in reversed(trajectory.messages[:i]) if m.images).images[-1]
                   for i, m in enumerate(trajectory.messages) if m.role == "assistant"]
-        for (row,), ref in zip(engine.images, latest, strict=True):
-            assert len(row) == 1 and row[0].shape == (ref.height, ref.width, 3) == (360, 480, 3)
-            np.testing.assert_array_equal(row[0], store.pixels(ref))
+        for (row,), ref, prompt in zip(engine.images, latest, engine.prompts, strict=True):
+            [(pixels, start)] = row
+            assert pixels.shape == (ref.height, ref.width, 3) == (360, 480, 3)
+            np.testing.assert_array_equal(pixels, store.pixels(ref))
+            assert prompt[start - 1:start + per_image + 1] == [start_id] + [pad] * per_image + [end_id]
     else:
         assert engine.images == [[], []]
 
