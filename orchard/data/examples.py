@@ -27,11 +27,24 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from orchard.data.chat import ChatFormat, Rendered
+from orchard.data.chat import ChatFormat, Rendered, RenderedImage, Source
+from orchard.data.images import recent_images
 from orchard.data.rise import rise_segments
 from orchard.data.trajectory import Message, Trajectory, token_digest
+from orchard.data.vision_rows import ImageTable
 
 ContextView = Callable[[Sequence[Message]], list[Message]]  # what a turn's prompt shows of the conversation
+
+
+def latest_images(k: int) -> ContextView:
+    """The view that keeps the images of only the last ``k`` messages carrying any (the paper trains
+    GUI agents with ``k = 1``); the messages themselves all stay. ``k = 0`` is a text-only view."""
+    def view(messages: Sequence[Message]) -> list[Message]:
+        shown = recent_images(messages, k)
+        return [m if i in shown or not m.images else m.model_copy(update={"images": []})
+                for i, m in enumerate(messages)]
+
+    return view
 
 
 class PromptMismatch(ValueError):
@@ -75,6 +88,7 @@ class SampledTurn:
     turn: int  # the action index
     prompt: list[int]  # the ids the turn was sampled under (checked)
     message: Message  # its sampled ids and logprobs
+    images: tuple[RenderedImage, ...] = ()  # the images the prompt shows, where their placeholders are
 
 
 def sampled_turns(trajectory: Trajectory, chat_format: ChatFormat, view: ContextView | None = None,
@@ -86,12 +100,35 @@ def sampled_turns(trajectory: Trajectory, chat_format: ChatFormat, view: Context
             continue
         if _sampled(message):
             shown = trajectory.messages[:index] if view is None else view(trajectory.messages[:index])
-            prompt = chat_format.render([m.to_chat() for m in shown], tools=trajectory.tools,
-                                        add_generation_prompt=True).token_ids
-            check_prompt(trajectory, turn, message, prompt, require_prompts)
-            turns.append(SampledTurn(turn, prompt, message))
+            rendered = chat_format.render([m.to_chat() for m in shown], tools=trajectory.tools,
+                                          add_generation_prompt=True)
+            check_prompt(trajectory, turn, message, rendered.token_ids, require_prompts)
+            turns.append(SampledTurn(turn, rendered.token_ids, message, tuple(rendered.images)))
         turn += 1
     return turns
+
+
+def turn_examples(trajectory: Trajectory, chat_format: ChatFormat, view: ContextView | None = None,
+                  images: ImageTable | None = None) -> list[dict[str, list]]:
+    """Each assistant turn of ``trajectory`` its own example, supervised on that turn only: the
+    conversation before it as the policy will see it (through ``view``: the GUI recipe keeps only the
+    latest screenshot), then the turn; the system prompt, the earlier turns and the observations carry
+    no loss. The paper's GUI SFT. A prompt that shows images adds their features from ``images``
+    (:mod:`orchard.data.vision_rows`); without a table the examples are text and token ids only."""
+    examples = []
+    for index, message in enumerate(trajectory.messages):
+        if message.role != "assistant":
+            continue
+        before = trajectory.messages[:index]
+        shown = list(before) if view is None else view(before)
+        rendered = chat_format.render([m.to_chat() for m in (*shown, message)], tools=trajectory.tools)
+        _, start, end = rendered.spans[-1]
+        mask = [float(start <= i < end and source is Source.ASSISTANT) for i, source in enumerate(rendered.sources)]
+        example: dict[str, list] = {"token_ids": rendered.token_ids, "loss_mask": mask}
+        if images is not None:
+            example.update(images.features(rendered.token_ids, rendered.images))
+        examples.append(example)
+    return examples
 
 
 @dataclass

@@ -128,13 +128,17 @@ def write_array_record(path: PathLike, examples: Iterable[Mapping[str, Sequence]
     return count
 
 
-def _to_steps(example: Mapping[str, Sequence], seq_len: int, features: Sequence[str] = ()) -> dict[str, np.ndarray]:
-    """Truncate to ``seq_len + 1`` tokens and shift: inputs, next-token targets and their mask, and
-    each extra per-token feature aligned with the targets (float32)."""
+def _to_steps(example: Mapping[str, Sequence], seq_len: int, features: Sequence[str] = (),
+              inputs: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Truncate to ``seq_len + 1`` tokens and shift: inputs, next-token targets and their mask, each
+    extra per-token feature aligned with the targets, and each of ``inputs`` aligned with the input
+    tokens (a VLM's image ids and 3-D positions: :mod:`orchard.data.vision_rows`); all float32."""
     ids = np.asarray(example["token_ids"], np.int32)[: seq_len + 1]
     steps = {"tokens": ids[:-1], "targets": ids[1:]}
     for name in ("loss_mask", *features):
         steps[name] = np.asarray(example[name], np.float32)[1: seq_len + 1]
+    for name in inputs:
+        steps[name] = np.asarray(example[name], np.float32)[: len(ids) - 1]
     return steps
 
 
@@ -158,24 +162,25 @@ def _pack(steps: grain.IterDataset, seq_len: int, num_packing_bins: int, feature
 
 
 def pack(examples: Iterable[Mapping[str, Sequence]], seq_len: int, *, num_packing_bins: int = 8,
-         features: Sequence[str] = ()) -> list[dict[str, np.ndarray]]:
+         features: Sequence[str] = (), inputs: Sequence[str] = ()) -> list[dict[str, np.ndarray]]:
     """Pack examples (in order) into rows of ``seq_len`` steps, the same way :func:`make_dataset` does.
 
     First-fit over ``num_packing_bins`` open rows: each example goes into the first open row with
     room; when none has room, the open rows are emitted and new ones started. One bin is plain
     sequential packing. ``features`` names extra per-token fields of the examples (GRPO's old
-    logprobs and advantages), shifted to line up with the targets as the loss mask is.
+    logprobs and advantages), shifted to line up with the targets as the loss mask is; ``inputs``
+    names per-token fields that stay aligned with the input tokens (padding: 0).
     """
     steps = grain.MapDataset.source(list(examples)).map(
-        functools.partial(_to_steps, seq_len=seq_len, features=tuple(features)))
+        functools.partial(_to_steps, seq_len=seq_len, features=tuple(features), inputs=tuple(inputs)))
     steps = steps.filter(_has_steps).to_iter_dataset(grain.ReadOptions(num_threads=0))
-    return list(_pack(steps, seq_len, num_packing_bins, tuple(features)))
+    return list(_pack(steps, seq_len, num_packing_bins, (*features, *inputs)))
 
 
 def make_dataset(path_or_paths: PathLike | Sequence[PathLike], *, seq_len: int, batch_size: int, seed: int,
                  shuffle: bool = True, num_epochs: int | None = None, shard_index: int = 0,
                  shard_count: int = 1, num_packing_bins: int | None = None,
-                 read_options: grain.ReadOptions | None = None) -> grain.DatasetIterator:
+                 read_options: grain.ReadOptions | None = None, inputs: Sequence[str] = ()) -> grain.DatasetIterator:
     """An iterator of packed batches: dicts of ``[batch_size, seq_len]`` arrays (see the module docstring).
 
     Examples of all files are concatenated, split into ``shard_count`` disjoint shards (example
@@ -184,7 +189,8 @@ def make_dataset(path_or_paths: PathLike | Sequence[PathLike], *, seq_len: int, 
     from ``seed``), repeated ``num_epochs`` times (forever with ``None``), packed first-fit into
     ``num_packing_bins`` rows at a time (default ``batch_size``) and batched; a last partial batch
     is dropped. Hosts' shards can pack into different numbers of batches, so multi-host training
-    should repeat forever and stop after a number of steps.
+    should repeat forever and stop after a number of steps. ``inputs`` names per-token fields aligned
+    with the input tokens that ride along (a VLM's image features: :mod:`orchard.data.vision_rows`).
     """
     paths = [path_or_paths] if isinstance(path_or_paths, str | os.PathLike) else list(path_or_paths)
     sources = [grain.MapDataset.source(ExampleSource(path)) for path in paths]
@@ -192,6 +198,7 @@ def make_dataset(path_or_paths: PathLike | Sequence[PathLike], *, seq_len: int, 
     ds = ds[shard_index::shard_count].seed(seed)
     if shuffle:
         ds = ds.shuffle()
-    ds = ds.repeat(num_epochs).map(functools.partial(_to_steps, seq_len=seq_len)).filter(_has_steps)
-    rows = _pack(ds.to_iter_dataset(read_options), seq_len, num_packing_bins or batch_size)
+    ds = ds.repeat(num_epochs).map(functools.partial(_to_steps, seq_len=seq_len, inputs=tuple(inputs)))
+    rows = _pack(ds.filter(_has_steps).to_iter_dataset(read_options), seq_len, num_packing_bins or batch_size,
+                 tuple(inputs))
     return iter(rows.batch(batch_size, drop_remainder=True))

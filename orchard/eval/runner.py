@@ -24,7 +24,7 @@ from orchard.data.trajectory import EndReason, Trajectory
 from orchard.env.client import AsyncSandboxClient
 from orchard.eval.metrics import avg_at_k, mean_pass_at_k, mean_pass_hat_k, resolve_rate, task_rates
 from orchard.harness.core import Harness, Limits, Policy
-from orchard.harness.episode import EpisodeRunner, SetupCache
+from orchard.harness.episode import EpisodeRunner, SandboxPool, SetupCache
 from orchard.harness.seeds import episode_seed
 from orchard.harness.task import Task
 from orchard.rollout.types import SamplingParams
@@ -50,10 +50,11 @@ class RolloutConfig:
                               temperature=self.temperature if temperature is None else temperature, seed=seed)
 
     def runner(self, client: AsyncSandboxClient, harness: Harness, policy: Policy,
-               setups: SetupCache | None = None) -> EpisodeRunner:
-        """An :class:`EpisodeRunner` of these limits, concurrency and episode budget."""
+               setups: SetupCache | None = None, pool: SandboxPool | None = None) -> EpisodeRunner:
+        """An :class:`EpisodeRunner` of these limits, concurrency and episode budget (``pool``: sandboxes
+        kept between episodes of reusable families, such as browsers)."""
         return EpisodeRunner(client, harness, policy, concurrency=self.concurrency, limits=self.limits,
-                             episode_seconds=2 * self.episode_seconds, setups=setups)
+                             episode_seconds=2 * self.episode_seconds, setups=setups, pool=pool)
 
 
 @dataclass

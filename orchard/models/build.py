@@ -10,9 +10,12 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from orchard.models.config import ModelConfig
+from orchard.models.pixels import ImageProcessing
 from orchard.models.sharding import shard_model
 from orchard.models.shipped import resolve
 from orchard.models.transformer import Transformer
+from orchard.models.vision import VisionConfig
+from orchard.models.vlm import TINY_TEXT, TINY_VISION, VisionLanguageModel, VLMConfig
 from orchard.models.weights import from_pretrained
 
 
@@ -29,18 +32,55 @@ class ModelSpec:
     param_dtype: str = "float32"
 
 
-def build_model(spec: ModelSpec, seed: int, vocab_size: int | None = None, mesh: Mesh | None = None) -> Transformer:
+def build_model(spec: ModelSpec, seed: int, vocab_size: int | None = None, mesh: Mesh | None = None,
+                vision_tokens: tuple[int, int, int] | None = None) -> Transformer:
     """The model ``spec`` names; a fresh one is initialised from ``seed`` over ``vocab_size``
     tokens (required when ``init`` leaves ``vocab_size`` at 0). With a ``mesh``, the parameters
     are placed on it by their logical axes (as a trainer's are, so an engine serving this model and
-    one serving the trainer's weights share their compiled programs)."""
+    one serving the trainer's weights share their compiled programs).
+
+    An ``init`` with ``text`` and ``vision`` blocks is a fresh vision-language model (Qwen3-VL): the
+    language model's and the vision tower's fields (:func:`tiny_vision_language` gives the CPU
+    default's), optionally ``processing`` (:class:`~orchard.models.pixels.ImageProcessing` fields), and
+    ``vision_tokens`` its image, vision-start and vision-end token ids."""
     dtypes = {"dtype": spec.dtype, "param_dtype": spec.param_dtype}
     if spec.path:
         return from_pretrained(resolve(spec.path), mesh=mesh, **dtypes)
-    fields = {**spec.init, **dtypes}
-    if not fields.get("vocab_size"):
-        if not vocab_size:
-            raise ValueError("a fresh model needs its vocabulary size: set model.init.vocab_size or give a tokenizer")
-        fields["vocab_size"] = vocab_size
-    model = Transformer(ModelConfig(**fields), rngs=nnx.Rngs(seed))
+    if "vision" in spec.init:
+        model: Transformer = VisionLanguageModel(_vlm_config(spec, vocab_size, vision_tokens), rngs=nnx.Rngs(seed))
+    else:
+        model = Transformer(ModelConfig(**{**spec.init, **dtypes, "vocab_size": _vocab(spec.init, vocab_size)}),
+                            rngs=nnx.Rngs(seed))
     return shard_model(model, mesh) if mesh is not None else model
+
+
+def tiny_vision_language() -> dict[str, Any]:
+    """The ``init`` of the CPU default's fresh vision-language model (:data:`orchard.models.vlm.TINY_TEXT`
+    and :data:`~orchard.models.vlm.TINY_VISION`)."""
+    return {"text": {**TINY_TEXT, "mrope_section": list(TINY_TEXT["mrope_section"])},
+            "vision": {**TINY_VISION, "deepstack_visual_indexes": list(TINY_VISION["deepstack_visual_indexes"])}}
+
+
+def _vocab(fields: Mapping[str, Any], vocab_size: int | None) -> int:
+    if fields.get("vocab_size"):
+        return fields["vocab_size"]
+    if not vocab_size:
+        raise ValueError("a fresh model needs its vocabulary size: set model.init.vocab_size or give a tokenizer")
+    return vocab_size
+
+
+def _vlm_config(spec: ModelSpec, vocab_size: int | None, vision_tokens: tuple[int, int, int] | None) -> VLMConfig:
+    if vision_tokens is None:
+        raise ValueError("a fresh vision-language model needs its image, vision-start and vision-end token ids")
+    dtypes = {"dtype": spec.dtype, "param_dtype": spec.param_dtype}
+    text = {**spec.init["text"], **dtypes}
+    text = ModelConfig(**{**text, "vocab_size": _vocab(text, vocab_size),
+                          "mrope_section": tuple(text.get("mrope_section", ()))})
+    vision = dict(spec.init["vision"])
+    vision = VisionConfig(**{**vision, **dtypes, "out_hidden_size": text.hidden_size,
+                             "deepstack_visual_indexes": tuple(vision.get("deepstack_visual_indexes", ()))})
+    processing = dict(spec.init.get("processing") or {})
+    for key in ("mean", "std"):
+        if key in processing:
+            processing[key] = tuple(processing[key])
+    return VLMConfig(text, vision, *vision_tokens, processing=ImageProcessing(**processing))

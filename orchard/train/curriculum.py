@@ -30,6 +30,18 @@ class Stage:
     max_steps_in_stage: int | None = None
 
 
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """A config's curriculum: no stages is none (the rollouts' own turn limit throughout)."""
+
+    stages: tuple[Stage, ...] = ()
+    window: int = 5
+    tolerance: float = 0.02
+
+    def make(self) -> StepBudgetCurriculum | None:
+        return StepBudgetCurriculum(self.stages, self.window, self.tolerance) if self.stages else None
+
+
 @dataclass
 class StepBudgetCurriculum:
     stages: Sequence[Stage]

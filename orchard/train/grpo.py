@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from orchard.models.vision import Grid
+from orchard.train.images import batch_logits
 from orchard.train.state import target_logprobs
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
@@ -36,13 +38,13 @@ def group_advantages(rewards: Sequence[float | None]) -> list[float | None]:
     return [None if r is None else (0.0 if std < 1e-8 else float((r - mean) / std)) for r in rewards]
 
 
-def make_policy_loss(eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH):
+def make_policy_loss(eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, image_grid: Grid | None = None):
     """``loss(graphdef, params, batch) -> (summed loss, tokens)`` for packed rollout batches with
-    ``tokens, targets, positions, segment_ids, loss_mask, old_logprobs, advantages``."""
+    ``tokens, targets, positions, segment_ids, loss_mask, old_logprobs, advantages`` (and, with
+    ``image_grid``, their images: :func:`orchard.train.images.attach_images`)."""
 
     def loss(graphdef: Any, params: Any, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        model = nnx.merge(graphdef, params)
-        logits = model(batch["tokens"], batch["positions"], batch["segment_ids"])
+        logits = batch_logits(nnx.merge(graphdef, params), batch, image_grid)
         ratio = jnp.exp(target_logprobs(logits, batch["targets"]) - batch["old_logprobs"])
         advantages = batch["advantages"]
         clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)

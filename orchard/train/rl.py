@@ -35,7 +35,7 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,24 +44,32 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from orchard.data.chat import ChatFormat, make_chat_format
+from orchard.data.examples import ContextView, latest_images
+from orchard.data.images import ImageStore
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory
+from orchard.data.vision_rows import IMAGE_FEATURES, ImageTable
 from orchard.env.client import AsyncSandboxClient
 from orchard.eval.runner import RolloutConfig
 from orchard.harness.core import Harness, Policy
-from orchard.harness.episode import EpisodeRunner, SetupCache
+from orchard.harness.episode import EpisodeRunner, SandboxPool, SetupCache
 from orchard.harness.policies import EnginePolicy
 from orchard.harness.seeds import derive_seed, episode_seed
 from orchard.harness.task import Task
 from orchard.models.build import ModelSpec, build_model
+from orchard.models.pixels import image_tokens
 from orchard.models.sharding import MeshConfig
+from orchard.models.vision import Grid
+from orchard.models.vlm import VLMConfig
 from orchard.models.weights import ModelWeights
 from orchard.rollout.engine import RolloutEngine
 from orchard.rollout.jax_engine import JaxEngine
 from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
 from orchard.train.bar import GroupResult, GroupSampler, SamplerConfig, make_sampler
 from orchard.train.checkpoint import Checkpointer
+from orchard.train.curriculum import CurriculumConfig
 from orchard.train.grpo import group_advantages, make_policy_loss
+from orchard.train.images import attach_images
 from orchard.train.metrics import MetricsWriter
 from orchard.train.rollouts import RowsPer, pack_rollouts, policy_rows
 from orchard.train.state import (
@@ -112,6 +120,11 @@ class RLConfig:
     rows: int = 64  # the most rows an update packs: a step's chosen rollouts must fit
     micro_rows: int = 8  # rows per micro-batch: an update accumulates gradients over micro-batches of this size
     rows_per: RowsPer = "trajectory"
+    # What each turn's prompt shows of the screenshots: -1 the whole conversation as it is (no view),
+    # k >= 0 only the last k (the GUI recipe: 1, as the paper trains; 0 for a text-only policy).
+    context_images: int = -1
+    images_per_row: int = 2  # room for images in each packed row (a vision-language policy's)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     chat_format: str = "qwen3"
     dtype: str = "float32"
     param_dtype: str = "float32"
@@ -201,31 +214,57 @@ def group_metrics(groups: Sequence[GroupResult]) -> dict[str, float]:
         "groups_dropped": float(sum(not g.group for g in groups)),
         "rollouts_dropped": float(sum(g.dropped for g in groups)),
         "rollouts_per_update": sum(g.spent for g in groups) / max(sum(bool(g.group) for g in groups), 1),
+        # the chosen rollouts' agent loops: seconds in the policy and in the environment (sandbox, browser)
+        "policy_s": sum(r.trajectory.metadata.get("policy_s", 0.0) for r in rollouts),
+        "env_s": sum(r.trajectory.metadata.get("env_s", 0.0) for r in rollouts),
     }
 
 
 @dataclass
 class Learner:
-    """The trainer's side of a step: rows from groups, the update, and the weight sync."""
+    """The trainer's side of a step: rows from groups, the update, and the weight sync.
+
+    For a vision-language policy (``images``: the store its screenshots are in, and its config), each
+    update's rows carry their images (:mod:`orchard.data.vision_rows`, :mod:`orchard.train.images`);
+    the step is compiled for the screenshots' size when the first update meets it."""
 
     graphdef: Any
-    train_step: Any
+    make_step: Callable[[Grid | None], Any]  # the train step for images of a grid (None: text only)
     mesh: Any
     engine: RolloutEngine
     chat_format: ChatFormat
     config: RLConfig
+    images: tuple[VLMConfig, ImageStore] | None = None
+    _steps: dict = field(default_factory=dict)
 
-    def rows(self, groups: Sequence[GroupResult]) -> dict[str, np.ndarray]:
+    @property
+    def view(self) -> ContextView | None:
+        return None if self.config.context_images < 0 else latest_images(self.config.context_images)
+
+    def rows(self, groups: Sequence[GroupResult]) -> tuple[dict[str, np.ndarray], Grid | None]:
         """GRPO rows for the chosen groups, each rollout with its group-relative advantage, as
-        ``[micro-batches, micro_rows, seq_len]`` arrays (the rows padded to whole micro-batches)."""
+        ``[micro-batches, micro_rows, seq_len]`` arrays (the rows padded to whole micro-batches), and
+        the grid of their images (None for text)."""
+        table = ImageTable(*self.images) if self.images is not None else None
         examples = []
         for result in groups:
             rewards = [r.reward for r in result.group]
             for rollout, advantage in zip(result.group, group_advantages(rewards), strict=True):
-                examples += policy_rows(rollout.trajectory, advantage, self.chat_format, self.config.rows_per)
+                examples += policy_rows(rollout.trajectory, advantage, self.chat_format, self.config.rows_per,
+                                        self.view, table)
         micro = self.config.micro_rows
-        packed = pack_rollouts(examples, self.config.seq_len, self.config.rows, micro)
-        return {k: v.reshape(-1, micro, *v.shape[1:]) for k, v in packed.items()}
+        inputs = IMAGE_FEATURES if table is not None else ()
+        packed = pack_rollouts(examples, self.config.seq_len, self.config.rows, micro, inputs)
+        batch = {k: v.reshape(-1, micro, *v.shape[1:]) for k, v in packed.items()}
+        if table is None or not table.refs:
+            return batch, None
+        grid, cfg = table.grid_of_all(), self.images[0].vision
+        return attach_images(batch, table.patches, grid, cfg.tokens_for(grid), self.config.images_per_row), grid
+
+    def train_step(self, grid: Grid | None) -> Any:
+        if grid not in self._steps:
+            self._steps[grid] = self.make_step(grid)
+        return self._steps[grid]
 
     def sync(self, state: TrainState) -> None:
         """Serve ``state``'s parameters; the weight version is the number of updates."""
@@ -234,10 +273,11 @@ class Learner:
     def update(self, state: TrainState, groups: Sequence[GroupResult]) -> tuple[TrainState, dict[str, float]]:
         """``updates_per_batch`` updates on the groups' rows, then the sync. The loss is the first
         update's (at ratio 1); the grad norm is their mean."""
-        batch = jax.device_put(self.rows(groups), batch_sharding(self.mesh))
+        rows, grid = self.rows(groups)
+        batch, train_step = jax.device_put(rows, batch_sharding(self.mesh)), self.train_step(grid)
         learner = []
         for _ in range(self.config.updates_per_batch):  # after the first, the ratio moves and the clip bounds it
-            state, out = self.train_step(state, batch)
+            state, out = train_step(state, batch)
             learner.append({k: float(v) for k, v in jax.device_get(out).items()})
         self.sync(state)
         return state, {"loss": learner[0]["loss"], "grad_norm": statistics.fmean(u["grad_norm"] for u in learner),
@@ -327,16 +367,29 @@ def make_engine(config: EngineConfig, model: Any, tokenizer: Tokenizer) -> Rollo
 
 
 def make_policy(config: RLConfig, engine: RolloutEngine, chat_format: ChatFormat,
-                temperature: float | None = None) -> Policy:
-    """The policy RL samples with (and evaluation, at ``temperature``), over ``engine``."""
+                temperature: float | None = None, images: ImageStore | None = None) -> Policy:
+    """The policy RL samples with (and evaluation, at ``temperature``), over ``engine``; its prompts
+    show the last ``config.context_images`` screenshots (read from ``images``)."""
+    view = None if config.context_images < 0 else latest_images(config.context_images)
     return EnginePolicy(engine, chat_format, config.rollout.sampling(config.seed, temperature),
-                        concurrency=1 if config.engine.kind == "jax" else config.rollout.concurrency)
+                        concurrency=1 if config.engine.kind == "jax" else config.rollout.concurrency, view=view,
+                        images=images)
+
+
+def policy_chat_format(name: str, tokenizer: Tokenizer, model: Any) -> ChatFormat:
+    """The chat format ``name`` over ``tokenizer``; for a vision-language ``model``, one that counts its
+    images' placeholders as the model processes them."""
+    config = getattr(model, "config", None)
+    if not isinstance(config, VLMConfig):
+        return make_chat_format(name, tokenizer)
+    return make_chat_format(name, tokenizer, lambda w, h: image_tokens(w, h, config.vision, config.processing))
 
 
 async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, tasks: Sequence[Task],
                    harness: Harness, *, policy: str, tokenizer: str | None = None,
                    inputs: dict[str, str] | None = None, rerun: bool = False,
-                   setups: SetupCache | None = None) -> dict[str, float]:
+                   setups: SetupCache | None = None, images: ImageStore | None = None,
+                   pool: SandboxPool | None = None) -> dict[str, float]:
     """Run ``config.num_steps`` RL steps in ``workdir`` from the policy in ``policy`` (an HF
     directory or a ``.gguf``) with the tokenizer in ``tokenizer`` (default: beside the policy);
     return the last step's metrics. The final policy is
@@ -344,7 +397,10 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     :class:`~orchard.workdir.Stage` (``inputs`` are the fingerprints of what made the policy and
     the tasks): a killed run resumes from its checkpoints, a finished one returns its result, and
     one made by another config is an error unless ``rerun``. ``setups`` (default: one of its own)
-    forks each rollout from its task's set-up snapshot.
+    forks each rollout from its task's set-up snapshot; ``pool`` keeps sandboxes (browsers) between
+    episodes of reusable families. ``images``: the store the harness writes
+    screenshots to, for a vision-language policy (its prompts show them; its rows train on them).
+    ``config.curriculum`` raises the episodes' step cap from stage to stage as the reward saturates.
 
     The rollout engine is ``config.engine`` (:func:`make_engine`): on the embedded default the
     in-process :class:`~orchard.rollout.jax_engine.JaxEngine` over the learner's own parameters, so
@@ -356,32 +412,51 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     mesh = config.mesh.make()
     model = build_model(ModelSpec(path=policy, dtype=config.dtype, param_dtype=config.param_dtype), config.seed)
     vocabulary = Tokenizer.from_pretrained(tokenizer or policy)
-    chat_format = make_chat_format(config.chat_format, vocabulary)
+    chat_format = policy_chat_format(config.chat_format, vocabulary, model)
     engine = make_engine(config.engine, model, vocabulary)
+    vision = (model.config, images) if isinstance(getattr(model, "config", None), VLMConfig) else None
+    if vision is not None and images is None:
+        raise ValueError("a vision-language policy needs the image store its screenshots are written to")
     optimizer, schedule = make_optimizer(config.optim, config.num_steps * config.updates_per_batch)
     graphdef, state = init_state(model, optimizer, mesh)
     del model
-    learner = Learner(graphdef, make_train_step(graphdef, optimizer, schedule,
-                                                loss_fn=make_policy_loss(config.eps_low, config.eps_high)),
-                      mesh, engine, chat_format, config)
+
+    def make_step(grid: Grid | None) -> Any:
+        loss = make_policy_loss(config.eps_low, config.eps_high, grid)
+        return make_train_step(graphdef, optimizer, schedule, loss_fn=loss)
+
+    learner = Learner(graphdef, make_step, mesh, engine, chat_format, config, vision)
     checkpointer = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint_every)
     if (latest := checkpointer.latest_step()) is not None:
         state = checkpointer.restore(latest, state)
     learner.sync(state)  # the engine serves the learner's own (sharded) arrays from the first rollout on
+    curriculum = config.curriculum.make()
+    curriculum_path = os.path.join(workdir, "curriculum.json")
+    if curriculum is not None and latest is not None and os.path.exists(curriculum_path):
+        curriculum.load_state_dict(read_json(curriculum_path)[str(latest)])
     async with contextlib.AsyncExitStack() as stack:
         if setups is None:
             setups = await stack.enter_async_context(SetupCache(client))
-        workers = RolloutWorkers(config.rollout.runner(client, harness, make_policy(config, engine, chat_format),
-                                                       setups), config.seed)
+        runner = config.rollout.runner(client, harness, make_policy(config, engine, chat_format, images=images),
+                                       setups, pool)
+        workers = RolloutWorkers(runner, config.seed)
         sampler = make_sampler(config.sampler)
         tasks = await rl_prompts(config.pass_filter, workdir, workers, tasks)
         last: dict[str, float] = {}
         first = int(state.step) // config.updates_per_batch  # the state counts updates
+        curriculum_states = read_json(curriculum_path) if os.path.exists(curriculum_path) else {}
         with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=first, desc="rl",
                                                      unit="step") as bar:
             for step in range(first, config.num_steps):
+                if curriculum is not None:
+                    runner.limits = curriculum.limits(config.rollout.limits)
                 state, result = await rl_step(step, state, learner, workers, sampler, tasks)
                 last = result.metrics
+                if curriculum is not None:
+                    last.update(max_steps=float(runner.limits.max_steps), curriculum_stage=float(curriculum.stage))
+                    curriculum.observe(last["reward"])
+                    curriculum_states[str(step + 1)] = curriculum.state_dict()
+                    write_json(curriculum_path, curriculum_states)
                 metrics.write(step + 1, last)
                 checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
                 bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",

@@ -41,6 +41,7 @@ from orchard.data.examples import (
 )
 from orchard.data.pipeline import pack
 from orchard.data.trajectory import Trajectory
+from orchard.data.vision_rows import ImageTable
 
 FEATURES = ("old_logprobs", "advantages")
 RowsPer = Literal["trajectory", "turn"]
@@ -71,8 +72,9 @@ def trajectory_row(trajectory: Trajectory, advantage: float | None, chat_format:
 
 
 def turn_rows(trajectory: Trajectory, advantage: float | None, chat_format: ChatFormat,
-              view: ContextView | None = None) -> list[Row]:
-    """One row per sampled assistant turn: its prompt (rendered through ``view``, checked), then its ids."""
+              view: ContextView | None = None, images: ImageTable | None = None) -> list[Row]:
+    """One row per sampled assistant turn: its prompt (rendered through ``view``, checked), then its ids.
+    A prompt that shows images adds their features (:mod:`orchard.data.vision_rows`) from ``images``."""
     rows = []
     for turn in sampled_turns(trajectory, chat_format, view):
         ids, logprobs = list(turn.message.token_ids or ()), list(turn.message.logprobs or ())
@@ -81,8 +83,13 @@ def turn_rows(trajectory: Trajectory, advantage: float | None, chat_format: Chat
         size = len(turn.prompt) + len(ids)
         mask = [False] * len(turn.prompt) + [advantage is not None] * len(ids)
         value = 0.0 if advantage is None else advantage
-        rows.append({"token_ids": turn.prompt + ids, "loss_mask": mask,
-                     "old_logprobs": [0.0] * len(turn.prompt) + logprobs, "advantages": [value] * size})
+        row = {"token_ids": turn.prompt + ids, "loss_mask": mask,
+               "old_logprobs": [0.0] * len(turn.prompt) + logprobs, "advantages": [value] * size}
+        if images is not None:
+            row.update(images.features(row["token_ids"], turn.images))
+        elif turn.images:
+            raise ValueError(f"rollout {trajectory.id}: its prompts show images; rows need an ImageTable")
+        rows.append(row)
     return rows
 
 
@@ -110,7 +117,7 @@ def _grpo_rows(turns: Sequence[RecordedTurn], advantage: float | None) -> list[R
 
 
 def policy_rows(trajectory: Trajectory, advantage: float | None, chat_format: ChatFormat, rows_per: RowsPer,
-                view: ContextView | None = None) -> list[Row]:
+                view: ContextView | None = None, images: ImageTable | None = None) -> list[Row]:
     """The rows of one rollout, in the shape ``rows_per`` names (see the module docstring). A rollout
     recorded by the proxy (an external harness: ``metadata["recorded_prompt_ids"]``) is its recorded
     calls' rows, whatever ``rows_per`` says: its ids are the upstream's, never re-rendered."""
@@ -121,24 +128,26 @@ def policy_rows(trajectory: Trajectory, advantage: float | None, chat_format: Ch
             raise ValueError("a context view shows each turn its own prompt: build rows per turn")
         return [trajectory_row(trajectory, advantage, chat_format)]
     if rows_per == "turn":
-        return turn_rows(trajectory, advantage, chat_format, view)
+        return turn_rows(trajectory, advantage, chat_format, view, images)
     raise ValueError(f"rows_per must be 'trajectory' or 'turn', not {rows_per!r}")
 
 
-def pack_rollouts(examples: Sequence[Row], seq_len: int, rows: int, multiple: int = 1) -> dict[str, np.ndarray]:
+def pack_rollouts(examples: Sequence[Row], seq_len: int, rows: int, multiple: int = 1,
+                  inputs: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Pack rollouts into rows of ``seq_len``, at most ``rows`` of them, padded with empty rows up to a
     multiple of ``multiple`` (so a learner compiles one program per bucket, not per count, and
     computes no more empty rows than the bucket needs).
 
     Raises ``ValueError`` if a rollout is longer than a row or they need more rows: the RL config
     must give the learner room for a whole step's rollouts, or the step would silently drop some.
+    ``inputs``: per-token fields aligned with the input tokens (a VLM's image features).
     """
     if too_long := [len(e["token_ids"]) for e in examples if len(e["token_ids"]) > seq_len + 1]:
         raise ValueError(f"rollouts of {max(too_long)} tokens do not fit rows of {seq_len}: raise the learner's "
                          "seq_len or lower the rollouts' token limit")
     if multiple < 1 or rows % multiple:
         raise ValueError(f"rows ({rows}) must be a multiple of the row bucket ({multiple})")
-    packed = pack(examples, seq_len, num_packing_bins=max(rows, 1), features=FEATURES)
+    packed = pack(examples, seq_len, num_packing_bins=max(rows, 1), features=FEATURES, inputs=inputs)
     if len(packed) > rows:
         raise ValueError(f"{len(examples)} rollouts need {len(packed)} rows of {seq_len} tokens; only {rows} given")
     if not packed:

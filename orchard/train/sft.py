@@ -19,6 +19,7 @@ vocabulary size of a fresh model are the caller's inputs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -30,10 +31,13 @@ import numpy as np
 from tqdm import tqdm
 
 from orchard.data.pipeline import make_dataset
+from orchard.data.vision_rows import IMAGE_FEATURES, ImageTable
 from orchard.models.build import ModelSpec, build_model
 from orchard.models.sharding import MeshConfig
+from orchard.models.transformer import Transformer
 from orchard.models.weights import ModelWeights
 from orchard.train.checkpoint import Checkpointer
+from orchard.train.images import attach_images
 from orchard.train.metrics import MetricsWriter
 from orchard.train.state import (
     OptimConfig,
@@ -42,6 +46,7 @@ from orchard.train.state import (
     make_eval_step,
     make_optimizer,
     make_train_step,
+    token_losses,
 )
 from orchard.workdir import Stage, file_fingerprint
 
@@ -58,49 +63,67 @@ class SFTConfig:
     seq_len: int = 1024  # packed rows
     batch_size: int = 4  # rows per micro-batch
     grad_accum: int = 1  # micro-batches per step
+    images_per_row: int = 2  # room for images in each packed row (a vision-language model's examples)
     model: ModelSpec = field(default_factory=ModelSpec)
     optim: OptimConfig = field(default_factory=OptimConfig)
     mesh: MeshConfig = field(default_factory=MeshConfig)
 
 
-def eval_loss(eval_step: Any, params: Any, config: SFTConfig, path: str, mesh: Any) -> float:
+def eval_loss(eval_step: Any, params: Any, config: SFTConfig, path: str, mesh: Any,
+              images: ImageTable | None = None) -> float:
     """Mean loss per trained token over one pass of the examples in ``path`` (a last partial batch is dropped)."""
     total, tokens = 0.0, 0.0
     sharding = batch_sharding(mesh, accumulated=False)
     for batch in make_dataset(path, seq_len=config.seq_len, batch_size=config.batch_size, seed=0, shuffle=False,
-                              num_epochs=1):
-        loss, count = eval_step(params, jax.device_put(batch, sharding))
+                              num_epochs=1, inputs=IMAGE_FEATURES if images is not None else ()):
+        loss, count = eval_step(params, jax.device_put(with_images(batch, images, config), sharding))
         total, tokens = total + float(loss), tokens + float(count)
     return total / max(tokens, 1.0)
 
 
+def with_images(batch: dict[str, np.ndarray], images: ImageTable | None, config: SFTConfig) -> dict[str, np.ndarray]:
+    """A packed batch with its images attached (:func:`orchard.train.images.attach_images`), or as it is."""
+    if images is None:
+        return batch
+    grid = images.grid_of_all()
+    return attach_images(batch, images.patches, grid, images.cfg.vision.tokens_for(grid), config.images_per_row)
+
+
 def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_examples: str = "",
                        vocab_size: int | None = None, inputs: dict[str, str] | None = None,
-                       rerun: bool = False) -> dict[str, float]:
+                       rerun: bool = False, images: ImageTable | None = None,
+                       model: Transformer | None = None) -> dict[str, float]:
     """Train for ``config.num_steps`` steps on the examples in the file ``examples`` (``eval_examples``:
     held-out examples for the eval loss; may be empty) in ``workdir``; return the last logged metrics. A fresh model
     (``config.model`` without a path) has ``vocab_size`` tokens. The final model is written to
     ``workdir/model`` (``config.json`` and safetensors) that ``from_pretrained``, ``orchard serve``
-    and vLLM load. ``inputs`` name what made the examples (default: their files' fingerprints)."""
+    and vLLM load. ``inputs`` name what made the examples (default: their files' fingerprints).
+
+    A vision-language model's examples carry image features (:func:`orchard.data.examples.turn_examples`);
+    ``images`` is the table their ids point into, and ``model`` (default: ``config.model`` built) the
+    model to start from, for one the config cannot describe alone (a fresh VLM needs its token ids)."""
     inputs = inputs if inputs is not None else {
         "examples": file_fingerprint(examples), **({"eval": file_fingerprint(eval_examples)} if eval_examples else {})}
     stage = Stage(workdir, "sft", config, {**inputs, "vocab_size": str(vocab_size)})
     if stage.open(rerun) == "done":
         return stage.summary()
     mesh = config.mesh.make()
-    model = build_model(config.model, config.seed, vocab_size)
+    model = model if model is not None else build_model(config.model, config.seed, vocab_size)
     optimizer, schedule = make_optimizer(config.optim, config.num_steps)
     graphdef, state = init_state(model, optimizer, mesh)
     del model
     accum, rows = config.grad_accum, config.batch_size
+    features = IMAGE_FEATURES if images is not None else ()
     data = make_dataset(examples, seq_len=config.seq_len, batch_size=rows * accum, seed=config.seed,
-                        shard_index=jax.process_index(), shard_count=jax.process_count())
+                        shard_index=jax.process_index(), shard_count=jax.process_count(), inputs=features)
     checkpointer = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint_every)
     if (start := checkpointer.latest_step()) is not None:
         state = checkpointer.restore(start, state, data)
         log.info("resumed from the checkpoint at step %d", start)
     start = int(state.step)
-    train_step, eval_step = make_train_step(graphdef, optimizer, schedule), make_eval_step(graphdef)
+    grid = images.grid_of_all() if images is not None else None
+    train_step = make_train_step(graphdef, optimizer, schedule, functools.partial(token_losses, image_grid=grid))
+    eval_step = make_eval_step(graphdef, grid)
     sharding = batch_sharding(mesh)
     last: dict[str, float] = {}
     with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=start, desc="sft",
@@ -108,7 +131,8 @@ def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_e
         started = time.perf_counter()
         for step in range(start + 1, config.num_steps + 1):
             batch = next(data)
-            batch = {k: np.reshape(v, (accum, rows, *v.shape[1:])) for k, v in batch.items()}
+            batch = with_images({k: np.reshape(v, (accum, rows, *v.shape[1:])) for k, v in batch.items()}, images,
+                                config)
             state, step_metrics = train_step(state, jax.device_put(batch, sharding))
             if step % config.log_every == 0 or step == config.num_steps:
                 last = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
@@ -116,7 +140,7 @@ def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_e
                     time.perf_counter() - started, 1e-9)
                 started = time.perf_counter()
                 if eval_examples and (step % config.eval_every == 0 or step == config.num_steps):
-                    last["eval_loss"] = eval_loss(eval_step, state.params, config, eval_examples, mesh)
+                    last["eval_loss"] = eval_loss(eval_step, state.params, config, eval_examples, mesh, images)
                 metrics.write(step, last)
                 bar.set_postfix(loss=f"{last['loss']:.4f}", refresh=False)
             checkpointer.save(step, state, data, force=step == config.num_steps)

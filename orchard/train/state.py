@@ -21,6 +21,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from orchard.models.sharding import param_shardings
 from orchard.models.transformer import Transformer
+from orchard.models.vision import Grid
+from orchard.train.images import batch_logits
 
 
 @dataclass(frozen=True)
@@ -94,10 +96,11 @@ def target_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
     return jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - jax.nn.logsumexp(logits, axis=-1)
 
 
-def token_losses(graphdef: Any, params: Any, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-    """The summed masked next-token loss of a (packed) batch, and the number of trained tokens."""
-    model = nnx.merge(graphdef, params)
-    logits = model(batch["tokens"], batch["positions"], batch["segment_ids"])
+def token_losses(graphdef: Any, params: Any, batch: dict[str, jax.Array], image_grid: Grid | None = None
+                 ) -> tuple[jax.Array, jax.Array]:
+    """The summed masked next-token loss of a (packed) batch, and the number of trained tokens; with
+    ``image_grid``, a batch with images (:func:`orchard.train.images.attach_images`)."""
+    logits = batch_logits(nnx.merge(graphdef, params), batch, image_grid)
     nll = -target_logprobs(logits, batch["targets"])
     mask = batch["loss_mask"].astype(jnp.float32)
     return jnp.sum(nll * mask), jnp.sum(mask)
@@ -142,6 +145,7 @@ def make_train_step(graphdef: Any, optimizer: optax.GradientTransformation, sche
     return jax.jit(step, donate_argnums=0)
 
 
-def make_eval_step(graphdef: Any) -> Callable[[Any, dict], tuple[jax.Array, jax.Array]]:
-    """``eval(params, batch) -> (summed loss, trained tokens)`` for ``[batch, seq]`` arrays."""
-    return jax.jit(lambda params, batch: token_losses(graphdef, params, batch))
+def make_eval_step(graphdef: Any, image_grid: Grid | None = None) -> Callable[[Any, dict], tuple[jax.Array, jax.Array]]:
+    """``eval(params, batch) -> (summed loss, trained tokens)`` for ``[batch, seq]`` arrays (with images
+    of ``image_grid``, for a vision-language model)."""
+    return jax.jit(lambda params, batch: token_losses(graphdef, params, batch, image_grid))

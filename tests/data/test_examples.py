@@ -116,3 +116,28 @@ def test_a_recorded_trajectory_trains_on_its_own_ids_never_rendered():
     broken = trajectory.model_copy(update={"metadata": {"recorded_prompt_ids": [[1, 2, 3]]}})
     with pytest.raises(ValueError, match="do not match its sampled turns"):
         to_examples(broken, chat_format=None)
+
+
+def test_turn_examples_train_each_turn_alone_under_the_latest_screenshot(tokenizer):
+    """The paper's GUI SFT: one example per assistant turn, the loss on that turn only, the prompt
+    showing only the latest screenshot (k = 1) as the policy samples it."""
+    from orchard.data.chat import make_chat_format
+    from orchard.data.examples import latest_images, turn_examples
+    from orchard.data.images import ImageRef
+
+    shots = [ImageRef(sha256=str(i) * 64, width=64, height=32) for i in range(2)]
+    trajectory = Trajectory(task_id="t", policy="oracle", harness="browser", outcome=Outcome(reward=1.0, resolved=True),
+                            messages=[Message(role="user", content="Click OK.", images=[shots[0]]),
+                                      Message(role="assistant", reasoning="first", tool_calls=[
+                                          ToolCall(id="a", name="click", arguments={"x": 1, "y": 2})]),
+                                      Message(role="tool", content="clicked", tool_call_id="a", images=[shots[1]]),
+                                      Message(role="assistant", reasoning="second", tool_calls=[
+                                          ToolCall(id="b", name="done", arguments={"response": "ok"})])])
+    chat = make_chat_format("qwen3_vl", tokenizer, lambda w, h: (w // 32) * (h // 32))
+    pad = tokenizer.token_id("<|image_pad|>")
+    first, second = turn_examples(trajectory, chat, latest_images(1))
+    for example, reasoning, other in ((first, "first", "second"), (second, "second", "first")):
+        taught = tokenizer.decode([t for t, m in zip(example["token_ids"], example["loss_mask"], strict=True) if m])
+        assert reasoning in taught and other not in taught and "Click OK" not in taught and "clicked" not in taught
+        assert example["token_ids"].count(pad) == 2  # one 64 x 32 screenshot: the latest only
+    assert "clicked" in tokenizer.decode(second["token_ids"]) and "first" in tokenizer.decode(second["token_ids"])

@@ -76,7 +76,7 @@ def tiny_learner(tokenizer: Tokenizer, num_layers: int, config: RLConfig):
     mesh = make_mesh(1, 1)
     optimizer, train_step = _compiled(num_layers)
     graphdef, state = init_state(model, optimizer, mesh)
-    return policy, state, Learner(graphdef, train_step, mesh, engine, chat, config)
+    return policy, state, Learner(graphdef, lambda grid: train_step, mesh, engine, chat, config)
 
 
 @pytest.fixture(scope="module")
@@ -418,7 +418,7 @@ def test_a_grpo_step_on_rollouts_recorded_through_the_proxy(orchestrator, smollm
 
             new_state, step = asyncio.run(run(f"http://127.0.0.1:{port}"))
             [group] = step.groups
-            rows = learner.rows(step.groups)
+            rows, _ = learner.rows(step.groups)
             again = learner.engine.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0))
     for rollout in group.group:
         trajectory = rollout.trajectory
