@@ -26,12 +26,15 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from orchard.data.chat import ChatFormat, Rendered, RenderedImage, Source
 from orchard.data.images import recent_images
 from orchard.data.rise import rise_segments
 from orchard.data.trajectory import Message, Trajectory, token_digest
-from orchard.data.vision_rows import ImageTable
+
+if TYPE_CHECKING:  # the image table needs the model stack (JAX); harnesses import this module without it
+    from orchard.data.vision_rows import ImageTable
 
 ContextView = Callable[[Sequence[Message]], list[Message]]  # what a turn's prompt shows of the conversation
 

@@ -173,7 +173,7 @@ def scripted(qwen3_dir, monkeypatch):
     server = ModelServer(qwen3_dir, name="scripted", max_batch_rows=0, dtype="float32")
     script = {"text": SCRIPTED_CALL}
 
-    def stream(prompts, params, chunk_tokens=1):
+    def stream(prompts, params, chunk_tokens=1, images=None):  # the sampler's signature
         ids = [*server.tokenizer.encode(script["text"]), server.tokenizer.eos_id]
         for step, token in enumerate(ids):
             last = step == len(ids) - 1
