@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ml_collections import ConfigDict
 from rich.table import Table
@@ -13,6 +14,7 @@ from orchard.config import ConfigError
 from orchard.data.chat import CHAT_FORMATS
 from orchard.recipes.swe import RecipeResult, SWEConfig, swe_config
 
+T = TypeVar("T")
 ENGINES = {"jax": (), "vllm": ("url", "served_model", "weights_dir"), "openai": ("url", "served_model", "weights_dir")}
 TEMPLATE_MARGIN = 8  # tokens the chat format adds after the last sampled token of a rollout
 # the held-out sets as the table names them -> their RecipeResult field: by instance (a new bug in a helper whose
@@ -24,11 +26,16 @@ def check_config(config: ConfigDict) -> list[str]:
     """Every inconsistency of a recipe config that would only surface hours into a run: a field
     that does not fit its stage's config (:func:`~orchard.config.from_config`), then the settings
     that do not fit each other."""
+    return checked(config, swe_config, check_settings)
+
+
+def checked(config: ConfigDict, typed: Callable[[ConfigDict], T], settings: Callable[[T], list[str]]) -> list[str]:
+    """A recipe's config check: its typed stage configs (``typed``), then ``settings`` over them."""
     try:
-        typed = swe_config(config)
+        stages = typed(config)
     except (ConfigError, KeyError) as exc:
         return [f"{exc}" if isinstance(exc, ConfigError) else f"missing config block {exc}"]
-    return check_settings(typed)
+    return settings(stages)
 
 
 def check_settings(config: SWEConfig) -> list[str]:

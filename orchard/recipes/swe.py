@@ -131,27 +131,38 @@ class SWEConfig:
     env: EnvConfig
 
 
-def swe_config(config: ConfigDict) -> SWEConfig:
-    """The stage configs of a ``configs/swe_bar.py`` config. Fields every stage shares (the seed, the
-    chat format, the model's dtypes, the mesh) are set once at the top and copied into each."""
+def shared_stages(config: ConfigDict) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The stage configs every recipe config holds, typed: the seed and chat format (set once at the
+    top), the tokenizer, model, mesh, SFT, RL, eval and env blocks (the seed, chat format, mesh and
+    model dtypes copied into the stages that use them); and the config as a dict and its
+    ``sft.examples`` block, for the recipe's own stages."""
     c = config.to_dict()
-    seed, chat_format = c["seed"], c["chat"]["format"]
     sft = dict(c["sft"])
     examples = sft.pop("examples")
+    seed, chat_format = c["seed"], c["chat"]["format"]
     dtypes = {"dtype": c["model"]["dtype"], "param_dtype": c["model"]["param_dtype"]}
-    return SWEConfig(
+    common = dict(
         seed=seed, chat_format=chat_format,
-        tasks=from_config(TaskSetConfig, c["tasks"], "tasks"),
-        teacher=from_config(CollectionConfig, c["teacher"], "teacher"),
         tokenizer=from_config(TokenizerConfig, c["tokenizer"], "tokenizer"),
         model=from_config(ModelSpec, c["model"], "model"),
         mesh=from_config(MeshConfig, c["mesh"], "mesh"),
-        examples=from_config(ExamplesConfig, {**examples, "seed": seed, "chat_format": chat_format}, "sft.examples"),
         sft=from_config(SFTConfig, {**sft, "seed": seed, "mesh": c["mesh"], "model": c["model"]}, "sft"),
         rl=from_config(RLConfig, {**c["rl"], "seed": seed, "chat_format": chat_format, "mesh": c["mesh"], **dtypes},
                        "rl"),
         eval=from_config(EvalConfig, c["eval"], "eval"),
         env=from_config(EnvConfig, c["env"], "env"))
+    return common, c, examples
+
+
+def swe_config(config: ConfigDict) -> SWEConfig:
+    """The stage configs of a ``configs/swe_bar.py`` config (:func:`shared_stages`, and the SWE stages')."""
+    common, c, examples = shared_stages(config)
+    return SWEConfig(
+        **common,
+        tasks=from_config(TaskSetConfig, c["tasks"], "tasks"),
+        teacher=from_config(CollectionConfig, c["teacher"], "teacher"),
+        examples=from_config(ExamplesConfig, {**examples, "seed": common["seed"], "chat_format": common["chat_format"]},
+                             "sft.examples"))
 
 
 @dataclass
@@ -172,7 +183,7 @@ class RecipeResult:
                 "teacher": self.teacher, "seconds": self.seconds}
 
 
-class _Clock:
+class Clock:
     """Seconds spent per stage, summed over the calls."""
 
     def __init__(self) -> None:
@@ -327,7 +338,7 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
     settings = swe_config(config)  # every stage's config checked before anything runs
     os.makedirs(workdir, exist_ok=True)
     write_json(os.path.join(workdir, "config.json"), config)
-    clock = _Clock()
+    clock = Clock()
     split, tasks_made_by = tasks_stage(settings, workdir, rerun)
     clock.lap("tasks")
     held: dict[str, dict[str, dict[str, dict[str, float]]]] = {name: {} for name in HELD_OUT}  # set, stage, pass

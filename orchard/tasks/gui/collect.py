@@ -88,7 +88,14 @@ class Collection:
         return {"episodes": len(self.trajectories), "dropped": len(self.trajectories) - len(done),
                 "success_rate": sum(t.outcome.resolved for t in done) / max(len(done), 1),
                 "kept": len(self.kept), "mean_kept_actions": sum(t.num_actions for t in self.kept) / max(len(self.kept), 1),
-                **judge_agreement(self.trajectories)}
+                **loop_seconds(self.trajectories), **judge_agreement(self.trajectories)}
+
+
+def loop_seconds(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Seconds the episodes' agent loops spent in the policy and in the environment (the browser's
+    actions and observations; page set-up and grading are outside the loop)."""
+    return {"policy_s": sum(t.metadata.get("policy_s", 0.0) for t in trajectories),
+            "env_s": sum(t.metadata.get("env_s", 0.0) for t in trajectories)}
 
 
 def judge_agreement(trajectories: Sequence[Trajectory]) -> dict[str, float | int | None]:

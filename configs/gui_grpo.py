@@ -1,0 +1,119 @@
+r"""Orchard-GUI end to end: MiniWoB++ tasks, oracle trajectories, per-turn SFT of a vision-language policy,
+multi-turn GRPO with the paper's reward and step-budget curriculum, held-out evaluation.
+
+Command to run (the embedded default: local sandboxes with Debian's Chromium, a few MiniWoB++ pages,
+a tiny Qwen3-VL trained from scratch, CPU):
+
+  python experiments/gui_grpo/run.py                     # = --config=configs/gui_grpo.py:tiny
+  python experiments/gui_grpo/run.py --config=configs/gui_grpo.py:elements --workdir=runs/gui_grpo_elements
+
+Variants:
+  tiny             the default: the policy sees the latest screenshot (k = 1), as the paper's does.
+  elements         the same run with the page's element list (tag, text, centre) beside the screenshot.
+  smoke            a minute's run of every stage (3 pages, a few steps): what the tests and the notebook's CI run use.
+  qwen3vl_4b       the paper's setup: Qwen3-VL-4B from an HF directory with its vision tower and projector
+                   frozen, lr 1e-5 SFT, GRPO with 15-step then 30-step episodes, rollouts from vLLM,
+                   sandboxes on Kubernetes. ``--dry-run`` resolves and checks it and launches nothing.
+
+Blocks: ``tasks``, ``teacher``, ``harness``, ``tokenizer``, ``sft`` (with ``sft.examples``), ``rl`` (with
+``rl.rollout`` and ``rl.curriculum``), ``eval`` and ``env``; ``seed``, ``chat``, ``model`` and ``mesh`` are
+shared (orchard.recipes.gui.gui_config). No setting was chosen on a held-out set.
+"""
+
+from __future__ import annotations
+
+from ml_collections import ConfigDict
+
+from orchard.models.build import tiny_vision_language
+
+# Single-action pages whose target a tiny model can find (a labelled button, a link, a box, a dialog's X),
+# and two-action ones, so the step budget matters.
+PAGES = ("click-test", "click-test-2", "click-button", "click-link", "click-dialog", "focus-text", "click-widget",
+         "click-button-sequence", "enter-text", "click-option")
+
+
+def get_config(arg: str | None = None) -> ConfigDict:
+    variant = arg or "tiny"
+    config = ConfigDict()
+    config.seed = 0
+
+    # Stage 1: the pages, a fifth of them held out whole; of the others, 12 seeds for the teacher, 4 for RL,
+    # and 2 held-out seeds of every page.
+    config.tasks = ConfigDict({"pages": PAGES, "sft_seeds": 12, "rl_seeds": 4, "held_out_seeds": 2,
+                               "held_out_page_fraction": 0.2, "viewport": (160, 224), "concurrency": 2})
+    # Stage 2: the oracle teacher, one episode per SFT instance; the shortest success per instance, K per page.
+    config.teacher = ConfigDict({"samples": 1, "cap_per_site": 20, "max_turns": 8, "concurrency": 2})
+    config.harness = ConfigDict({"elements": False, "pool": 4})
+    config.tokenizer = ConfigDict({"path": "", "train_vocab": 2048})
+    config.chat = ConfigDict({"format": "qwen3_vl"})
+
+    # The policy: a tiny Qwen3-VL (2 text layers of width 64; 2 vision blocks over 16-pixel patches merged 2x2: a
+    # 160 x 224 screenshot is 35 tokens) trained from scratch; its images are not resized (min_pixels).
+    config.model = ConfigDict({"path": "", "init": {**tiny_vision_language(), "processing": {"min_pixels": 4096}},
+                               "dtype": "float32", "param_dtype": "float32"})
+    config.mesh = ConfigDict({"fsdp": 1, "tp": 1})
+
+    # Stage 3: per-turn SFT (each assistant turn its own example, supervised on that turn only). A row holds one
+    # example: the harness's system turn (the 13 tool schemas) is ~1,600 tokens of this BPE, a turn ~1,800-2,300.
+    config.sft = ConfigDict({"num_steps": 200, "log_every": 10, "eval_every": 200, "checkpoint_every": 50,
+                             "seq_len": 2560, "batch_size": 4, "grad_accum": 1, "images_per_row": 1})
+    config.sft.optim = ConfigDict({"peak_lr": 3e-3, "final_lr": 3e-4, "warmup_steps": 10, "weight_decay": 0.01,
+                                   "clip_norm": 1.0, "frozen": ()})
+    config.sft.examples = ConfigDict({"eval_fraction": 0.1})
+
+    # Stage 4: GRPO, per-turn rows with the latest screenshot (k = 1), fixed groups of 4, no KL, clip 0.2 / 0.28,
+    # and the step-budget curriculum scaled to these pages: 2 steps until the reward saturates (or 4 RL
+    # steps), then 4.
+    config.rl = ConfigDict({"num_steps": 8, "checkpoint_every": 4, "prompts_per_step": 4, "updates_per_batch": 1,
+                            "eps_low": 0.2, "eps_high": 0.28, "seq_len": 2688, "rows": 64, "micro_rows": 4,
+                            "rows_per": "turn", "context_images": 1, "images_per_row": 1})
+    config.rl.optim = ConfigDict({"peak_lr": 3e-4, "final_lr": 3e-4, "warmup_steps": 1, "weight_decay": 0.0,
+                                  "clip_norm": 1.0, "frozen": ()})
+    config.rl.sampler = ConfigDict({"name": "fixed", "group_size": 4})
+    config.rl.curriculum = ConfigDict({"stages": ({"max_steps": 2, "min_steps": 2, "max_steps_in_stage": 4},
+                                                  {"max_steps": 4}), "window": 2, "tolerance": 0.02})
+    config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY"})
+    config.rl.rollout = ConfigDict({"max_new_tokens": 80, "temperature": 1.0, "max_turns": 4, "max_context": 2600,
+                                    "episode_seconds": 120.0, "concurrency": 2})
+
+    # Stage 5: every stage's policy greedily; the policies RL starts from and ends with also sampled.
+    config.eval = ConfigDict({"samples": 2})
+    config.env = ConfigDict({"url": "", "api_key": "", "backend": "local"})
+
+    if variant == "tiny":
+        pass
+    elif variant == "elements":
+        config.harness.elements = True
+    elif variant == "smoke":
+        config.tasks.update({"pages": ("click-test", "click-button", "click-link"), "sft_seeds": 2, "rl_seeds": 2,
+                             "held_out_seeds": 1, "held_out_page_fraction": 0.3})
+        config.sft.update({"num_steps": 4, "log_every": 2, "eval_every": 4, "checkpoint_every": 4})
+        config.rl.update({"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 2, "rows": 16})
+        config.rl.sampler.group_size = 2
+        config.rl.curriculum.stages = ({"max_steps": 1, "min_steps": 1, "max_steps_in_stage": 1}, {"max_steps": 2})
+        config.rl.rollout.update({"max_new_tokens": 24, "max_turns": 2})
+        config.eval.samples = 1
+    elif variant == "qwen3vl_4b":
+        config.tasks.update({"sft_seeds": 40, "rl_seeds": 200, "held_out_seeds": 20, "concurrency": 32})
+        config.teacher.update({"samples": 4, "max_turns": 30, "concurrency": 64})
+        config.harness.update({"elements": False, "pool": 0})  # a sandbox per episode, as the paper
+        config.tokenizer.update({"path": "checkpoints/qwen3-vl-4b-thinking", "train_vocab": 0})
+        config.chat.format = "qwen3_vl"
+        config.model.update({"path": "checkpoints/qwen3-vl-4b-thinking", "dtype": "bfloat16"})
+        config.sft.update({"num_steps": 400, "seq_len": 65536, "batch_size": 32, "images_per_row": 1})
+        config.sft.optim.update({"peak_lr": 1e-5, "final_lr": 1e-6, "frozen": ("model.visual",)})
+        config.rl.update({"num_steps": 200, "prompts_per_step": 32, "rows": 32 * 8 * 30, "micro_rows": 32,
+                          "seq_len": 65536})
+        config.rl.optim.update({"peak_lr": 1e-6, "final_lr": 1e-6, "frozen": ("model.visual",)})
+        config.rl.sampler.update({"group_size": 8})
+        config.rl.curriculum.update({"stages": ({"max_steps": 15, "min_steps": 20}, {"max_steps": 30}), "window": 10})
+        config.rl.engine.update({"kind": "vllm", "url": "http://vllm.orchard.svc:8000/v1",
+                                 "served_model": "qwen3-vl-4b", "weights_dir": "/weights/policy"})
+        config.rl.rollout.update({"max_new_tokens": 2048, "max_turns": 30, "max_context": 65536 - 64,
+                                  "episode_seconds": 1800.0, "concurrency": 256})
+        config.eval.samples = 4
+        config.mesh.update({"fsdp": 8, "tp": 1})
+        config.env.update({"url": "http://orchard-env.orchard.svc:8080", "backend": "kubernetes"})
+    else:
+        raise ValueError(f"unknown variant {variant!r}: tiny, elements, smoke or qwen3vl_4b")
+    return config
