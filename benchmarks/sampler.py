@@ -29,8 +29,9 @@ class SamplerBenchConfig:
     repeats: int = 3
 
 
-def best_tokens_per_s(run: Callable[[], int], repeats: int) -> float:
-    """Call ``run`` (which returns how many tokens it generated) once untimed, then keep the best rate."""
+def best_rate(run: Callable[[], int], repeats: int) -> float:
+    """Call ``run`` (which returns how many items, tokens or images, it processed) once untimed (JAX
+    compiles on it), then keep the best rate of ``repeats`` calls."""
     run()
     best = 0.0
     for _ in range(repeats):
@@ -52,7 +53,7 @@ def orchard_rates(path: str, cfg: SamplerBenchConfig) -> dict[int, float]:
         def run() -> int:
             return sum(len(c.token_ids) for c in sampler.generate([PROMPT] * batch, params))
 
-        return best_tokens_per_s(run, cfg.repeats)
+        return best_rate(run, cfg.repeats)
 
     return {batch: rate(batch) for batch in cfg.batches}
 
@@ -75,7 +76,7 @@ def hf_rates(path: str, cfg: SamplerBenchConfig) -> dict[int, float]:
                                      do_sample=False, pad_token_id=0)
             return (out.shape[1] - prompt.shape[1]) * batch
 
-        return best_tokens_per_s(run, cfg.repeats)
+        return best_rate(run, cfg.repeats)
 
     return {batch: rate(batch) for batch in cfg.batches}
 
