@@ -463,10 +463,16 @@ SHARED_STAGES = ("images", "tasks", "teacher", "tokenizer")  # what both arms of
 
 
 def run_rl_init_ablation(config: ConfigDict, workdir: str, *, rerun: bool = False) -> dict[str, GUIResult]:
+    """:func:`arun_rl_init_ablation` from synchronous code."""
+    return asyncio.run(arun_rl_init_ablation(config, workdir, rerun=rerun))
+
+
+async def arun_rl_init_ablation(config: ConfigDict, workdir: str, *, rerun: bool = False) -> dict[str, GUIResult]:
     """The paper's Figure 7 question: GRPO from the SFT checkpoint (``from_sft``) against GRPO from the
     initial model (``from_init``, ``sft.num_steps = 0``) at an equal rollout budget (the same RL config).
     Both arms share one set of tasks, teacher trajectories and tokenizer (the second arm's folders link
-    to the first's), so they differ in where RL starts and nothing else."""
+    to the first's), so they differ in where RL starts and nothing else. Each arm is a recipe workdir:
+    a rerun reuses what is done."""
     arms = {"from_sft": config, "from_init": config.copy_and_resolve_references()}
     arms["from_init"].sft.num_steps = 0
     results = {}
@@ -478,6 +484,6 @@ def run_rl_init_ablation(config: ConfigDict, workdir: str, *, rerun: bool = Fals
                 link, target = os.path.join(directory, stage), os.path.join(workdir, "from_sft", stage)
                 if not os.path.lexists(link) and os.path.exists(target):
                     os.symlink(os.path.abspath(target), link)
-        results[name] = run(arm, directory, rerun=rerun)
+        results[name] = await run_recipe(arm, directory, rerun=rerun)
     write_json(os.path.join(workdir, "summary.json"), {name: r.to_dict() for name, r in results.items()})
     return results

@@ -1,18 +1,20 @@
 """The GUI recipe: its config checks, its dry run, and the main job end to end on the smoke config (real
-Chromium, real MiniWoB pages, a tiny Qwen3-VL through every stage)."""
+Chromium, real MiniWoB pages, a tiny Qwen3-VL through every stage), in both arms of the RL-init ablation."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from configs.gui_grpo import get_config
 from orchard.data.trajectory import read_trajectories
-from orchard.recipes.gui import episodes_path, sampled_change
+from orchard.recipes.gui import episodes_path, run_rl_init_ablation, sampled_change
 from orchard.recipes.gui_report import check_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,41 +48,56 @@ def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_gui_main_job_end_to_end(orchestrator, tmp_path):
-    workdir = tmp_path / "run"
-    env = {"env.url": orchestrator.base_url, "env.api_key": orchestrator.api_key}
-    command = [sys.executable, "experiments/gui_grpo/run.py", "--config=configs/gui_grpo.py:smoke",
-               f"--workdir={workdir}", *(f"--config.{key}={value}" for key, value in env.items())]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Orchard-GUI: held-out success" in done.stdout
-    summary = json.loads((workdir / "summary.json").read_text())
+def test_the_gui_recipe_end_to_end_in_both_arms_of_the_rl_init_ablation(orchestrator):
+    """The smoke config through every stage, twice (RL from SFT and RL from the initial model), in
+    ``runs/gui_rl_init_small``: the workdir ``notebooks/gui_rl_init.ipynb`` uses in CI, so the notebook
+    (which runs after the tests) reuses these stages instead of training them again."""
+    workdir = os.path.join(ROOT, "runs", "gui_rl_init_small")
+    shutil.rmtree(workdir, ignore_errors=True)
+    config = get_config("smoke")
+    config.env.update({"url": orchestrator.base_url, "api_key": orchestrator.api_key})
+    results = run_rl_init_ablation(config, workdir)
+    summary = json.loads(Path(os.path.join(workdir, "from_sft", "summary.json")).read_text())
+    assert summary == results["from_sft"].to_dict()
     # 3 pages, ceil(3 x 0.3) = 1 held out whole; the other 2 have 2 SFT seeds, 2 RL seeds and 1 held-out seed each.
     assert summary["tasks"] == {"sft": 4, "rl": 4, "held_out_seed": 2, "held_out_task": 1}
     assert summary["teacher"]["kept"] == 4 and summary["teacher"]["success_rate"] == 1.0
-    passes = {"init": {"greedy"}, "sft": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}
-    for held_out in ("held_out_seed", "held_out_task"):
-        assert {stage: set(p) for stage, p in summary["held_out"][held_out].items()} == passes
-        for stage, names in passes.items():
-            for name in names:
-                episodes = list(read_trajectories(episodes_path(str(workdir / "eval" / f"{stage}_{name}_{held_out}"))))
-                result = summary["held_out"][held_out][stage][name]
-                assert len(episodes) == result["episodes"] == summary["tasks"][held_out]
-                assert all(t.messages[2].images for t in episodes if t.outcome.reward is not None)
-        assert summary["rl_change"][held_out] == sampled_change(
-            *(str(workdir / "eval" / f"{stage}_sampled_{held_out}") for stage in ("sft", "rl")))
-    # The step-budget curriculum: 1 step per episode in RL's first step, then 2.
-    assert [summary["rl_metrics"][step]["max_steps"] for step in ("1", "2")] == [1.0, 2.0]
+    for name, passes in (("from_sft", {"init": {"greedy"}, "sft": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}),
+                         ("from_init", {"init": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}})):
+        arm, start = results[name], "sft" if name == "from_sft" else "init"
+        for held_out in ("held_out_seed", "held_out_task"):
+            assert {stage: set(p) for stage, p in arm.held_out[held_out].items()} == passes
+            for stage, names in passes.items():
+                for pass_ in names:
+                    folder = os.path.join(workdir, name, "eval", f"{stage}_{pass_}_{held_out}")
+                    episodes = list(read_trajectories(episodes_path(folder)))
+                    assert len(episodes) == arm.held_out[held_out][stage][pass_]["episodes"] == arm.tasks[held_out]
+                    assert all(t.messages[2].images for t in episodes if t.outcome.reward is not None)
+            assert arm.rl_change[held_out] == sampled_change(
+                *(os.path.join(workdir, name, "eval", f"{stage}_sampled_{held_out}") for stage in (start, "rl")))
+        # The step-budget curriculum: 1 step per episode in RL's first step, then 2; the same budget in both arms.
+        assert [arm.rl_metrics[step]["max_steps"] for step in (1, 2)] == [1.0, 2.0]
+        assert 0.0 <= arm.browser_share["rl"] <= 1.0 and arm.seconds["rl"] > 0
+    # Both arms share the tasks, the teacher and the tokenizer; only the first trains SFT.
+    assert os.path.realpath(os.path.join(workdir, "from_init", "tokenizer")) == os.path.join(workdir, "from_sft",
+                                                                                            "tokenizer")
+    assert not os.path.exists(os.path.join(workdir, "from_init", "sft"))
     # SFT examples are the teacher's turns, each with its screenshot's features; the table names the images.
-    examples = [json.loads(line) for line in (workdir / "sft_data" / "train.jsonl").read_text().splitlines()]
+    data = os.path.join(workdir, "from_sft", "sft_data")
+    examples = [json.loads(line) for line in Path(os.path.join(data, "train.jsonl")).read_text().splitlines()]
     assert examples and all(sum(e["image_ids"]) > 0 for e in examples)
-    table = json.loads((workdir / "sft_data" / "images.json").read_text())
+    table = json.loads(Path(os.path.join(data, "images.json")).read_text())
+    images = os.path.join(workdir, "from_sft", "images")
     assert {(ref["width"], ref["height"]) for ref in table} == {(160, 224)}
-    assert all((workdir / "images" / ref["sha256"][:2] / f"{ref['sha256']}.png").exists() for ref in table)
-    for path in ("success.png", "config.json", "sft/model/preprocessor_config.json", "rl/model/tokenizer.json",
-                 "rl/curriculum.json", "tokenizer/tokenizer.json"):
-        assert (workdir / path).exists(), path
-    # A second run over the same workdir finds every stage done and reports the same numbers.
+    assert all(os.path.exists(os.path.join(images, ref["sha256"][:2], f"{ref['sha256']}.png")) for ref in table)
+    for path in ("config.json", "sft/model/preprocessor_config.json", "rl/model/tokenizer.json", "rl/curriculum.json"):
+        assert os.path.exists(os.path.join(workdir, "from_sft", path)), path
+    # The command line over the same workdir finds every stage done, reports the same numbers, and plots.
+    command = [sys.executable, "experiments/gui_grpo/run.py", "--config=configs/gui_grpo.py:smoke",
+               f"--workdir={os.path.join(workdir, 'from_sft')}", f"--config.env.url={orchestrator.base_url}",
+               f"--config.env.api_key={orchestrator.api_key}"]
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert json.loads((workdir / "summary.json").read_text())["held_out"] == summary["held_out"]
+    assert "Orchard-GUI: held-out success" in again.stdout
+    assert json.loads(Path(os.path.join(workdir, "from_sft", "summary.json")).read_text())["held_out"] == summary["held_out"]
+    assert os.path.exists(os.path.join(workdir, "from_sft", "success.png"))
