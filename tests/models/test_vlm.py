@@ -29,6 +29,12 @@ def model():
     return from_pretrained(FIXTURE, dtype="float32")
 
 
+@nnx.jit
+def _logits(model, tokens, positions, images):
+    """One compiled forward pass per prompt shape (eager dispatch of every op took ~5 s a test)."""
+    return model(tokens, positions, images=images)
+
+
 def _images(expected, model, count):
     return [patchify(expected[f"image_{i}"], model.config.vision, PROCESSING) for i in range(count)]
 
@@ -62,7 +68,7 @@ def test_logits_match_transformers(expected, model, name, count):
     positions, images, deltas = vision_inputs(tokens, [_images(expected, model, count)], model.config)
     np.testing.assert_array_equal(positions, expected[f"positions_{name}"])
     assert deltas.tolist() == expected[f"delta_{name}"].reshape(-1).tolist()
-    logits = np.asarray(model(jnp.asarray(tokens), jnp.asarray(positions), images=images))
+    logits = np.asarray(_logits(model, jnp.asarray(tokens), jnp.asarray(positions), images))
     np.testing.assert_allclose(logits, expected[f"logits_{name}"], rtol=1e-4, atol=1e-4)
 
 
@@ -71,7 +77,7 @@ def test_the_image_changes_the_logits(expected, model):
     tokens = expected["tokens_one"]
     patches, grid = _images(expected, model, 1)[0]
     positions, images, _ = vision_inputs(tokens, [[(patches[::-1].copy(), grid)]], model.config)
-    logits = np.asarray(model(jnp.asarray(tokens), jnp.asarray(positions), images=images))
+    logits = np.asarray(_logits(model, jnp.asarray(tokens), jnp.asarray(positions), images))
     assert np.abs(logits - expected["logits_one"]).max() > 1e-2
 
 
@@ -115,5 +121,5 @@ def test_save_pretrained_round_trips(model, expected, tmp_path):
     reloaded = from_pretrained(str(tmp_path), dtype="float32")
     tokens = expected["tokens_two"]
     positions, images, _ = vision_inputs(tokens, [_images(expected, model, 2)], model.config)
-    logits = np.asarray(reloaded(jnp.asarray(tokens), jnp.asarray(positions), images=images))
+    logits = np.asarray(_logits(reloaded, jnp.asarray(tokens), jnp.asarray(positions), images))
     np.testing.assert_allclose(logits, expected["logits_two"], rtol=1e-4, atol=1e-4)
