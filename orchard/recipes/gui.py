@@ -64,6 +64,7 @@ from orchard.harness.core import Limits
 from orchard.harness.episode import EpisodeRunner, SandboxPool
 from orchard.models.build import ModelSpec, build_model
 from orchard.models.sharding import MeshConfig
+from orchard.models.shipped import resolve
 from orchard.models.transformer import Transformer
 from orchard.models.weights import save_pretrained
 from orchard.recipes.swe import (
@@ -424,7 +425,9 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                 clock.lap("sft")
                 await evaluate("sft", policy_model(policy_dir), policy_made_by, PASSES)
                 clock.lap("evaluate")
-            else:  # RL from the initial model (the ablation of notebooks/gui_rl_init.ipynb)
+            elif settings.model.path:  # RL straight from a checkpoint
+                policy_dir = resolve(settings.model.path)
+            else:  # RL from the freshly initialised model (the ablation of notebooks/gui_rl_init.ipynb)
                 policy_dir = os.path.join(workdir, "init_model")
                 if not os.path.exists(os.path.join(policy_dir, "config.json")):
                     save_pretrained(fresh_model(settings, tokenizer), policy_dir)

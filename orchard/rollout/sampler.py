@@ -241,8 +241,8 @@ class Sampler:
         """Generate, yielding each row's new tokens every ``chunk_tokens`` decode steps.
 
         ``images``: per prompt, its images (uint8 ``[H, W, 3]``, or ``(image, start)`` with the index of
-        its first placeholder) in the order of their placeholders, for a vision-language model. Sampling is keyed by step, so the tokens are the same whatever
-        the chunk size.
+        its first placeholder) in the order of their placeholders, for a vision-language model.
+        Sampling is keyed by step, so the tokens are the same whatever the chunk size.
         """
         self.check(prompts, params)
         prompt_len = bucket(max(len(p) for p in prompts))
