@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,11 +195,12 @@ def cli_server(args: list[str], port: int, log_path: str, timeout: float = 120.0
         process.wait(20)
 
 
-def start_model_server(model_path: str, log_path: str) -> Iterator[ModelProcess]:
-    """A real ``orchard serve`` of ``model_path`` (fp32) on a free loopback port, stopped afterwards."""
+def start_model_server(model_path: str, log_path: str, extra: Sequence[str] = ()) -> Iterator[ModelProcess]:
+    """A real ``orchard serve`` of ``model_path`` (fp32) on a free loopback port, stopped afterwards
+    (``extra``: more of its arguments)."""
     port = free_port()
-    for process in cli_server(["serve", "--model", model_path, "--port", str(port), "--dtype", "float32"], port,
-                              log_path):
+    for process in cli_server(["serve", "--model", model_path, "--port", str(port), "--dtype", "float32", *extra],
+                              port, log_path):
         yield ModelProcess(f"http://127.0.0.1:{port}/v1", model_path, model_path, process)
 
 
@@ -230,14 +231,19 @@ class Proxy:
                           headers={"Authorization": f"Bearer {ADMIN}"}).json()
 
 
+def start_proxy(upstream: str, tmp_path_factory) -> Iterator[Proxy]:
+    """A real ``orchard proxy`` in front of ``upstream`` (with the admin key ``ADMIN``), stopped afterwards."""
+    records = str(tmp_path_factory.mktemp("records"))
+    port, log_path = free_port(), str(tmp_path_factory.mktemp("proxy") / "proxy.log")
+    args = ["proxy", "--upstream", upstream, "--records", records, "--admin-key", ADMIN, "--port", str(port)]
+    for _ in cli_server(args, port, log_path, timeout=60):
+        yield Proxy(f"http://127.0.0.1:{port}", records)
+
+
 @pytest.fixture(scope="session")
 def proxy(smollm2_server, tmp_path_factory) -> Iterator[Proxy]:
     """``orchard proxy`` in front of the session's SmolLM2 server."""
-    records = str(tmp_path_factory.mktemp("records"))
-    port, log_path = free_port(), str(tmp_path_factory.mktemp("proxy") / "proxy.log")
-    args = ["proxy", "--upstream", smollm2_server.url, "--records", records, "--admin-key", ADMIN, "--port", str(port)]
-    for _ in cli_server(args, port, log_path, timeout=60):
-        yield Proxy(f"http://127.0.0.1:{port}", records)
+    yield from start_proxy(smollm2_server.url, tmp_path_factory)
 
 
 @dataclass

@@ -23,6 +23,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 MEDIA_EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp"}
+_PILLOW_MEDIA = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
+MAX_PIXELS = 40_000_000  # larger images are refused before decoding (a small PNG can decode to gigabytes)
 
 
 class ImageRef(BaseModel):
@@ -44,6 +46,36 @@ def png_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
+def _pillow_image(data: bytes):
+    from PIL import Image  # Pillow comes with the training stack, not with Orchard Env
+
+    try:
+        image = Image.open(io.BytesIO(data))
+        if image.width * image.height > MAX_PIXELS:
+            raise ValueError(f"{image.width}x{image.height} pixels is more than the {MAX_PIXELS:,} allowed")
+        image.load()
+    except (OSError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise ValueError(f"not a readable image ({exc})") from None
+    return image
+
+
+def image_info(data: bytes) -> tuple[str, int, int]:
+    """``(media_type, width, height)`` of PNG, JPEG or WebP bytes; ``ValueError`` for anything else
+    (other formats, corrupt or truncated files, decompression bombs)."""
+    with _pillow_image(data) as image:
+        media_type = _PILLOW_MEDIA.get(image.format or "")
+        if media_type is None:
+            raise ValueError(f"unsupported image format {image.format!r}: PNG, JPEG or WebP")
+        return media_type, image.width, image.height
+
+
+def decode_rgb(data: bytes) -> np.ndarray:
+    """Image bytes decoded to RGB, uint8 ``[height, width, 3]`` (what a vision model's processor takes);
+    ``ValueError`` as :func:`image_info`."""
+    with _pillow_image(data) as image:
+        return np.asarray(image.convert("RGB"))
+
+
 class ImageStore:
     """A directory of images by content hash (see the module docstring). Writes are atomic: a
     reader never sees a half-written file, and two writers of the same image are harmless."""
@@ -55,9 +87,26 @@ class ImageStore:
     def path(self, ref: ImageRef) -> str:
         return os.path.join(self.root, ref.sha256[:2], f"{ref.sha256}.{MEDIA_EXTENSIONS[ref.media_type]}")
 
+    def find(self, sha256: str) -> str | None:
+        """The stored file of the image with this hash, whatever its type (``None``: not here)."""
+        for extension in MEDIA_EXTENSIONS.values():
+            path = os.path.join(self.root, sha256[:2], f"{sha256}.{extension}")
+            if os.path.exists(path):
+                return path
+        return None
+
     def put_png(self, data: bytes) -> ImageRef:
+        """Store a PNG (its size read from the header alone: the screenshot path decodes nothing)."""
         width, height = png_size(data)
-        ref = ImageRef(sha256=hashlib.sha256(data).hexdigest(), width=width, height=height)
+        return self._put(data, ImageRef(sha256=hashlib.sha256(data).hexdigest(), width=width, height=height))
+
+    def put(self, data: bytes) -> ImageRef:
+        """Store PNG, JPEG or WebP bytes as they are (``ValueError`` for anything else, see :func:`image_info`)."""
+        media_type, width, height = image_info(data)
+        return self._put(data, ImageRef(sha256=hashlib.sha256(data).hexdigest(), media_type=media_type,
+                                        width=width, height=height))
+
+    def _put(self, data: bytes, ref: ImageRef) -> ImageRef:
         target = self.path(ref)
         if not os.path.exists(target):
             os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -68,11 +117,8 @@ class ImageStore:
         return ref
 
     def pixels(self, ref: ImageRef) -> np.ndarray:
-        """The image decoded to RGB, uint8 ``[height, width, 3]`` (what a vision model's processor takes)."""
-        from PIL import Image  # Pillow comes with the training stack, not with Orchard Env
-
-        with Image.open(io.BytesIO(self.read(ref))) as image:
-            return np.asarray(image.convert("RGB"))
+        """The image decoded to RGB, uint8 ``[height, width, 3]`` (:func:`decode_rgb`)."""
+        return decode_rgb(self.read(ref))
 
     def read(self, ref: ImageRef) -> bytes:
         """The image's bytes, checked against its hash."""

@@ -76,11 +76,11 @@ from orchard.recipes.swe import (
     sampled_change,
     shared_stages,
 )
-from orchard.rollout.jax_engine import JaxEngine
+from orchard.rollout.jax_engine import JaxEngine, model_chat_format
 from orchard.tasks.gui.collect import collect, gui_splits, loop_seconds
 from orchard.tasks.gui.miniwob import CATALOGUE, FAMILY, MiniWoBTask, build_instances
 from orchard.train.metrics import read_metrics
-from orchard.train.rl import RLConfig, make_policy, policy_chat_format, train_rl
+from orchard.train.rl import RLConfig, make_policy, train_rl
 from orchard.train.sft import SFTConfig, train_and_evaluate
 from orchard.workdir import Stage, made_by, read_json, write_json
 
@@ -302,7 +302,7 @@ def sft_stage(config: GUIConfig, workdir: str, trajectories: Sequence[Trajectory
     policy samples with; returns the trained policy's directory (with its tokenizer) and fingerprint."""
     model = fresh_model(config, tokenizer)
     vlm = model.config
-    chat_format = policy_chat_format(config.chat_format, tokenizer, model)
+    chat_format = model_chat_format(config.chat_format, tokenizer, model)
     view = latest_images(config.rl.context_images) if config.rl.context_images >= 0 else None
     data = Stage(os.path.join(workdir, "sft_data"), "sft_data", config.examples,
                  {**inputs, "context_images": str(config.rl.context_images), "seq_len": str(config.sft.seq_len)})
@@ -365,7 +365,7 @@ async def evaluation_stage(config: GUIConfig, workdir: str, client: AsyncSandbox
     result_path = os.path.join(stage.directory, "result.json")
     if stage.open(rerun) == "done":
         return read_json(result_path)
-    chat_format: ChatFormat = policy_chat_format(config.chat_format, tokenizer, model)
+    chat_format: ChatFormat = model_chat_format(config.chat_format, tokenizer, model)
     policy = make_policy(config.rl, JaxEngine(model, tokenizer), chat_format, temperature=temperature, images=images)
     runner = config.rl.rollout.runner(client, harness(config, images), policy, pool=pool)
     evaluation = await evaluate_policy(runner, tasks, samples, seed=config.seed,

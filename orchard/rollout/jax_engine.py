@@ -10,6 +10,9 @@ as soon as it can no longer be the start of a stop string (or half of a UTF-8 ch
 row ends at the token that completes a stop string. Its text ends before the stop string; its
 tokens include that last token, which the model did sample. ``generate`` is ``stream`` collected,
 with the whole budget decoded in one chunk, so a stop string there costs the tokens decoded past it.
+
+Prompts with images (a vision-language model) decode in a batch of their own on the sampler even
+when the engine has a continuous batcher: the batcher's rows carry no rotary deltas or image features.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ from dataclasses import dataclass, field
 
 from jax.sharding import Mesh
 
+from orchard.data.chat import ChatFormat, make_chat_format
 from orchard.data.tokenizer import Tokenizer
 from orchard.models import from_pretrained
+from orchard.models.pixels import image_tokens
 from orchard.models.transformer import Transformer
+from orchard.models.vlm import VLMConfig
 from orchard.rollout.batching import ContinuousBatcher
 from orchard.rollout.sampler import PromptImages, Sampler, collect
 from orchard.rollout.types import Completion, SamplingParams, StreamDelta, Weights
@@ -49,6 +55,16 @@ def _held_back(text: str, stops: Sequence[str]) -> int:
                 hold = max(hold, size)
                 break
     return hold
+
+
+def model_chat_format(name: str, tokenizer: Tokenizer, model: Transformer | VLMConfig) -> ChatFormat:
+    """The chat format ``name`` over ``tokenizer``; for a vision-language ``model`` (or a
+    :class:`~orchard.models.vlm.VLMConfig`), one that counts its images' placeholders as the model
+    processes them."""
+    config = model if isinstance(model, VLMConfig) else getattr(model, "config", None)
+    if not isinstance(config, VLMConfig):
+        return make_chat_format(name, tokenizer)
+    return make_chat_format(name, tokenizer, lambda w, h: image_tokens(w, h, config.vision, config.processing))
 
 
 class TextRows:
@@ -135,9 +151,7 @@ class JaxEngine:
         """Each row's new tokens (and text, with a tokenizer) as they are decoded."""
         self._check_stops(sampling)
         prompts = [list(p) for p in prompts]
-        if images and any(images) and self.batcher is not None:
-            raise ValueError("prompts with images need an engine without continuous batching (max_batch_rows=0)")
-        deltas = (self.batcher.stream(prompts, sampling) if self.batcher is not None
+        deltas = (self.batcher.stream(prompts, sampling) if self.batcher is not None and not (images and any(images))
                   else self.sampler.stream(prompts, sampling, chunk_tokens, images=images))
         if self.tokenizer is None:
             yield from deltas

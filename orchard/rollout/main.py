@@ -24,6 +24,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="decode steps between the points where requests may join or leave the batch")
     parser.add_argument("--chat-format", default=None,
                         help="the chat format (orchard.data.chat.CHAT_FORMATS; default: by the model family)")
+    parser.add_argument("--allowed-local-media-path", action="append", default=[], metavar="DIR",
+                        help="a directory whose files image_url parts may name (repeatable; default: none)")
     parser.add_argument("--log-level", default="info")
     return parser
 
@@ -36,7 +38,8 @@ def serve(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {"dtype": args.dtype} if args.dtype else {}
     started = time.perf_counter()
-    server = ModelServer(args.model, args.name, args.max_batch_rows, args.chunk_steps, args.chat_format, **overrides)
+    server = ModelServer(args.model, args.name, args.max_batch_rows, args.chunk_steps, args.chat_format,
+                         args.allowed_local_media_path, **overrides)
     log.info("loaded %s in %.1f s; serving it as %r on http://%s:%d/v1", args.model,
              time.perf_counter() - started, server.name, args.host, args.port)
     uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning", timeout_keep_alive=120)

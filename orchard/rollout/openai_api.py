@@ -9,9 +9,18 @@ and prompts given as token ids.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import os
+import re
+from collections.abc import Sequence
 from typing import Any, Literal
+from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field
+
+MAX_IMAGE_BYTES = 20 * 2**20
+_DATA_URI = re.compile(r"data:(image/[\w.+-]+)?(;[^,]*)?,(.*)", re.S)
 
 
 class _Request(BaseModel):
@@ -76,3 +85,66 @@ class APIError(Exception):
 def error_body(message: str, kind: str = "invalid_request_error", code: int = 400,
                param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def content_parts(content: str | list | None) -> tuple[str, list[str]]:
+    """A message's text (its text parts joined) and the URLs of its ``image_url`` parts, in order."""
+    if content is None or isinstance(content, str):
+        return content or "", []
+    if not isinstance(content, list):
+        raise APIError("a message's content must be a string or a list of content parts")
+    texts, urls = [], []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str) or not url:
+                raise APIError("an image_url part needs image_url.url")
+            urls.append(url)
+        else:
+            raise APIError(f"unsupported content part {kind!r}: text and image_url parts are")
+    return "".join(texts), urls
+
+
+def data_uri_bytes(url: str) -> bytes | None:
+    """The bytes of a base64 ``data:image/...`` URI (``None`` for any other URL)."""
+    match = _DATA_URI.fullmatch(url) if url.startswith("data:") else None
+    if match is None:
+        return None
+    if not (match.group(2) or "").endswith(";base64"):
+        raise APIError("a data URI image must be base64 (data:image/png;base64,...)")
+    if len(match.group(3)) > MAX_IMAGE_BYTES * 4 // 3 + 4:
+        raise APIError(f"image larger than {MAX_IMAGE_BYTES >> 20} MiB")
+    try:
+        return base64.b64decode(match.group(3), validate=True)
+    except (binascii.Error, ValueError):
+        raise APIError("the data URI's base64 is malformed") from None
+
+
+def image_url_bytes(url: str, local_roots: Sequence[str] = ()) -> bytes:
+    """The bytes an OpenAI ``image_url`` names: a base64 ``data:`` URI, or a local file (a ``file://`` URL
+    or an absolute path) inside one of ``local_roots`` (vLLM's ``--allowed-local-media-path``; none by
+    default). Remote URLs are refused: nothing here reaches the network. :class:`APIError` otherwise."""
+    data = data_uri_bytes(url)
+    if data is not None:
+        return data
+    parsed = urlparse(url)
+    if parsed.scheme not in ("file", ""):
+        raise APIError(f"image URLs with scheme {parsed.scheme!r} are not fetched: send a data URI "
+                       "(or a local file the server allows)")
+    if not local_roots:
+        raise APIError("local image files are refused: start the server with --allowed-local-media-path")
+    path = os.path.realpath(unquote(parsed.path) if parsed.scheme == "file" else url)
+    roots = [os.path.realpath(root) for root in local_roots]
+    if not any(os.path.commonpath([path, root]) == root for root in roots):
+        raise APIError("the image file is outside the allowed local media paths", 403, "permission_error")
+    try:
+        if os.path.getsize(path) > MAX_IMAGE_BYTES:
+            raise APIError(f"image larger than {MAX_IMAGE_BYTES >> 20} MiB")
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise APIError(f"cannot read the image file: {exc.strerror}") from None

@@ -28,7 +28,12 @@ source of on-policy data by pointing its OpenAI base URL at a session of this pr
    of an earlier run of the proxy over the same records directory). A proxy started over a
    records directory reopens the sessions an earlier run left open (killed or restarted
    mid-rollout): the same URL and key go on working, with the same deadline.
-6. **The deadline** (the paper's wall clock for Claw) is enforced: a call after it, or one that
+6. **Images are recorded by hash.** A chat message's ``image_url`` parts given as base64 ``data:``
+   URIs go upstream as sent, but the records keep each image once, in ``<records>/images`` (an
+   :class:`~orchard.data.images.ImageStore`), and the part as ``{"type": "image_url", "image_url":
+   {"url": "sha256:<hex>"}, "image": <ImageRef>}``; ``GET /images/{sha256}`` serves the bytes to a
+   trainer on another machine. Other image URLs (files, remote) are recorded as they are.
+7. **The deadline** (the paper's wall clock for Claw) is enforced: a call after it, or one that
    runs past it, gets a 504, and the session is marked ``timed_out``: its rollout is excluded
    from training.
 
@@ -51,11 +56,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
+from orchard.data.images import ImageStore
 from orchard.data.jsonl import JsonlWriter
-from orchard.rollout.openai_api import APIError, error_body
+from orchard.rollout.openai_api import APIError, data_uri_bytes, error_body
 from orchard.rollout.openai_client import OpenAIClient, OpenAIError
 from orchard.rollout.proxy_records import Status, read_session
 
@@ -63,6 +69,7 @@ log = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-orchard-session"
 SESSION_ID = re.compile(r"[0-9a-f]{16}")  # secrets.token_hex(8): also the records' file name
+IMAGE_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 class SessionSampling(BaseModel):
@@ -180,6 +187,35 @@ def _event(body: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
+def _images_by_hash(body: dict[str, Any], store: ImageStore) -> dict[str, Any]:
+    """``body`` as the records keep it: each base64 image part stored in ``store`` and named by its hash
+    (see the module docstring); an image that does not decode is recorded as a note of its size."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    recorded = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            recorded.append(message)
+            continue
+        parts = []
+        for part in content:
+            image = part.get("image_url") if isinstance(part, dict) and part.get("type") == "image_url" else None
+            url = image.get("url") if isinstance(image, dict) else image
+            try:
+                data = data_uri_bytes(url) if isinstance(url, str) else None
+                if data is not None:
+                    ref = store.put(data)
+                    part = {"type": "image_url", "image_url": {"url": f"sha256:{ref.sha256}"},
+                            "image": ref.model_dump()}
+            except (APIError, ValueError) as exc:
+                part = {"type": "image_url", "image_url": {"url": f"unrecorded: {exc} ({len(url)} characters)"}}
+            parts.append(part)
+        recorded.append({**message, "content": parts})
+    return {**body, "messages": recorded}
+
+
 def _strip(body: dict[str, Any], wants_ids: bool, wants_logprobs: bool) -> dict[str, Any]:
     """``body`` less what the proxy asked for and the client did not."""
     out = dict(body)
@@ -210,6 +246,7 @@ class RecordingProxy:
         self.ended_before: dict[str, Status] = {}  # sessions an earlier run over these records ended
         self.model = config.model
         os.makedirs(config.records_dir, exist_ok=True)
+        self.images = ImageStore(os.path.join(config.records_dir, "images"))
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
@@ -323,26 +360,30 @@ class RecordingProxy:
         session.calls += 1
         number, call = session.calls, _Call(kind)
         remaining = None if session.deadline is None else session.deadline - time.monotonic()
+        recorded = await asyncio.to_thread(_images_by_hash, body, self.images)
+        kept = (recorded, {**upstream, **({"messages": recorded["messages"]} if "messages" in recorded else {})})
         if body.get("stream"):
-            return StreamingResponse(self._stream(session, number, path, body, upstream, call, wants_ids,
+            return StreamingResponse(self._stream(session, number, path, upstream, kept, call, wants_ids,
                                                   wants_logprobs, remaining), media_type="text/event-stream")
         try:
             async with asyncio.timeout(remaining):
                 reply = await self.client.apost(path, {**upstream, "stream": False})
         except TimeoutError:
-            self._write(session, call.record(session, number, path, body, upstream, None, "deadline"))
+            self._write(session, call.record(session, number, path, *kept, None, "deadline"))
             self.close(session, "timed_out")
             raise APIError(f"session {session.id} ran past its deadline", 504, "timeout") from None
         except OpenAIError as exc:
-            self._write(session, call.record(session, number, path, body, upstream, None, "upstream_error", str(exc)))
+            self._write(session, call.record(session, number, path, *kept, None, "upstream_error", str(exc)))
             raise APIError(f"upstream: {exc}", exc.status or 502, "upstream_error") from None
         for choice in reply.get("choices") or []:
             call.add_choice(choice, reply, streamed=False)
-        self._write(session, call.record(session, number, path, body, upstream, reply, "ok"))
+        self._write(session, call.record(session, number, path, *kept, reply, "ok"))
         return _strip(reply, wants_ids, wants_logprobs)
 
-    async def _stream(self, session: Session, number: int, path: str, body: dict, upstream: dict, call: _Call,
-                      wants_ids: bool, wants_logprobs: bool, remaining: float | None) -> AsyncIterator[bytes]:
+    async def _stream(self, session: Session, number: int, path: str, upstream: dict, kept: tuple[dict, dict],
+                      call: _Call, wants_ids: bool, wants_logprobs: bool,
+                      remaining: float | None) -> AsyncIterator[bytes]:
+        """Pass the upstream's stream through; ``kept`` is the request and upstream request as recorded."""
         status, error = "ok", None
         try:
             async with asyncio.timeout(remaining):
@@ -362,7 +403,7 @@ class RecordingProxy:
             status = "client_disconnected"
             raise
         finally:
-            self._write(session, call.record(session, number, path, body, upstream, None, status, error))
+            self._write(session, call.record(session, number, path, *kept, None, status, error))
 
     def _write(self, session: Session, record: dict[str, Any]) -> None:
         self.calls.labels(record["status"]).inc()
@@ -416,6 +457,14 @@ def create_proxy_app(proxy: RecordingProxy) -> FastAPI:
             raise APIError(f"unknown session {session_id!r}", 404)
         record = await asyncio.to_thread(read_session, path)
         return Response(json.dumps(record.to_json()).encode(), media_type="application/json")
+
+    @app.get("/images/{sha256}")
+    async def image(sha256: str, request: Request) -> Response:
+        admin(request)
+        path = proxy.images.find(sha256) if IMAGE_HASH.fullmatch(sha256) else None
+        if path is None:
+            raise APIError(f"no recorded image {sha256!r}", 404)
+        return FileResponse(path)
 
     @app.post("/sessions/{session_id}/close")
     async def close_session(session_id: str, request: Request) -> dict:

@@ -11,6 +11,11 @@ Concurrent requests share decode steps: they join the engine's running batch at 
 and leave it when they finish (:mod:`orchard.rollout.batching`, ``--max-batch-rows``, 32 by default).
 With ``--max-batch-rows 0`` requests run one at a time on the engine (each may hold ``n`` sequences
 in one batch), in a worker thread so the event loop keeps answering.
+Chat messages may carry OpenAI ``image_url`` content parts for a vision-language model: base64
+``data:`` URIs, or local files (``file://`` or an absolute path) under ``--allowed-local-media-path``
+(none by default; remote URLs are never fetched). A message's images are rendered after its text,
+whatever the order of its parts (the ``qwen3_vl`` format's rule), and a request with images decodes
+in a batch of its own, one such request at a time (see :mod:`orchard.rollout.jax_engine`).
 Errors use OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``. Every reply and
 chunk carries ``weight_version``, the engine's version of its weights (bumped by each reload), and
 with ``return_token_ids`` a stream's first chunk of each choice carries its ``prompt_token_ids``, as
@@ -26,19 +31,29 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from orchard.data.chat import ChatFormat, make_chat_format, parse_assistant
+from orchard.data.chat import ChatFormat, Rendered, parse_assistant
+from orchard.data.images import decode_rgb
 from orchard.data.tokenizer import Tokenizer
 from orchard.models import from_pretrained
+from orchard.models.vlm import VLMConfig
 from orchard.models.weights import ModelWeights
-from orchard.rollout.jax_engine import JaxEngine
-from orchard.rollout.openai_api import APIError, ChatRequest, CompletionRequest, error_body
+from orchard.rollout.jax_engine import JaxEngine, model_chat_format
+from orchard.rollout.openai_api import (
+    APIError,
+    ChatRequest,
+    CompletionRequest,
+    content_parts,
+    error_body,
+    image_url_bytes,
+)
+from orchard.rollout.sampler import PromptImages
 from orchard.rollout.types import Alternatives, SamplingParams, StreamDelta
 
 log = logging.getLogger(__name__)
@@ -49,8 +64,9 @@ class ModelServer:
     """The served model: engine, tokenizer, chat format and the directory its weights come from."""
 
     def __init__(self, path: str, name: str | None = None, max_batch_rows: int = 32, chunk_steps: int = 2,
-                 chat_format: str | None = None, **overrides) -> None:
+                 chat_format: str | None = None, local_media: Sequence[str] = (), **overrides) -> None:
         self.path, self.name, self.overrides = path, name or path, overrides
+        self.local_media = tuple(local_media)  # directories image_url parts may name files in
         self.chat_format_name = chat_format  # None: chosen by the model family and tokenizer
         self.tokenizer = Tokenizer.from_pretrained(path)
         self.engine = JaxEngine(from_pretrained(path, **overrides), self.tokenizer, max_batch_rows, chunk_steps)
@@ -59,15 +75,47 @@ class ModelServer:
         ends = [self.tokenizer.eos_id, self.tokenizer.backend.token_to_id("<|endoftext|>")]
         self.end_ids = tuple(sorted({i for i in ends if i is not None}))
 
+    @property
+    def vision(self) -> VLMConfig | None:
+        """The model's config when it is a vision-language model (else ``None``: it takes no images)."""
+        config = self.engine.sampler.config
+        return config if isinstance(config, VLMConfig) else None
+
     def chat_format(self, thinking: bool) -> ChatFormat:
+        config = self.vision or self.engine.sampler.cfg
         if self.chat_format_name:
-            return make_chat_format(self.chat_format_name, self.tokenizer)
+            return model_chat_format(self.chat_format_name, self.tokenizer, config)
         family = self.engine.sampler.cfg.model_type
+        if self.vision is not None:
+            return model_chat_format("qwen3_vl" if thinking else "qwen3_vl_no_think", self.tokenizer, config)
         if family.startswith("qwen"):
-            return make_chat_format("qwen3" if thinking else "qwen3_no_think", self.tokenizer)
+            return model_chat_format("qwen3" if thinking else "qwen3_no_think", self.tokenizer, config)
         if self.tokenizer.backend.token_to_id("<|im_start|>") is not None:
-            return make_chat_format("smollm2", self.tokenizer)
+            return model_chat_format("smollm2", self.tokenizer, config)
         raise APIError(f"no chat format for a {family!r} model with this tokenizer; use /v1/completions")
+
+    def chat_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Messages with list-of-parts content joined into text, and their ``image_url`` parts decoded
+        into ``images`` (``{"width", "height", "pixels"}``, for the chat format and the engine)."""
+        plain = []
+        for message in messages:
+            if not isinstance(message, dict) or "role" not in message:
+                raise APIError("every message needs a role")
+            text, urls = content_parts(message.get("content"))
+            message = {**message, "content": text}
+            if urls:
+                if self.vision is None:
+                    raise APIError(f"the model {self.name!r} takes no images (it is not a vision-language model)")
+                message["images"] = [self._image(url) for url in urls]
+            plain.append(message)
+        return plain
+
+    def _image(self, url: str) -> dict[str, Any]:
+        try:
+            pixels = decode_rgb(image_url_bytes(url, self.local_media))
+        except ValueError as exc:
+            raise APIError(f"image: {exc}") from None
+        return {"width": pixels.shape[1], "height": pixels.shape[0], "pixels": pixels}
 
     @property
     def batching(self) -> bool:
@@ -166,19 +214,9 @@ def _message(text: str) -> tuple[dict[str, Any], str | None]:
     return message, None
 
 
-def _plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages with list-of-parts content joined into text (images are refused)."""
-    plain = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            if any(part.get("type") != "text" for part in content):
-                raise APIError("only text content parts are supported")
-            message = {**message, "content": "".join(part["text"] for part in content)}
-        if "role" not in message:
-            raise APIError("every message needs a role")
-        plain.append(message)
-    return plain
+def _prompt_images(rendered: Rendered) -> PromptImages | None:
+    """A rendered prompt's images with where their placeholders start, for the engine (``None``: none)."""
+    return [[(image.image["pixels"], image.start) for image in rendered.images]] if rendered.images else None
 
 
 def create_app(server: ModelServer) -> FastAPI:
@@ -230,19 +268,21 @@ def create_app(server: ModelServer) -> FastAPI:
         tools = request.tools if request.tool_choice != "none" else None
         if isinstance(request.tool_choice, dict):
             raise APIError("tool_choice may be 'auto' or 'none'; forcing a function is not supported")
+        messages = await asyncio.to_thread(server.chat_messages, request.messages)  # decodes images
         try:
-            prompt = server.chat_format(thinking).render(_plain_messages(request.messages), tools=tools,
-                                                         add_generation_prompt=True).token_ids
+            rendered = server.chat_format(thinking).render(messages, tools=tools, add_generation_prompt=True)
         except (ValueError, TypeError, KeyError) as exc:
             raise APIError(f"cannot render these messages: {exc}") from exc
+        prompt, images = rendered.token_ids, _prompt_images(rendered)
         max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_CHAT_MAX_TOKENS
         sampling = server.sampling(request, max_tokens)
         ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         head = {"id": ident, "created": created, "model": server.name, "weight_version": server.weight_version}
         if request.stream:
             prompts = [prompt] * request.n
-            return _stream_response(server, prompts, sampling, _chat_stream(server, request, prompts, sampling, head))
-        completions = await _generate(server, [prompt] * request.n, sampling)
+            return _stream_response(server, prompts, sampling,
+                                    _chat_stream(server, request, prompts, sampling, head, images))
+        completions = await _generate(server, [prompt] * request.n, sampling, images and images * request.n)
         head["weight_version"] = _sampled_version(completions, head["weight_version"])
         choices = []
         for index, completion in enumerate(completions):
@@ -299,12 +339,13 @@ def _prompt_ids(tokenizer: Tokenizer, prompt: str | list) -> list[list[int]]:
     return ids
 
 
-async def _generate(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams):
+async def _generate(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams,
+                    images: PromptImages | None = None):
     _check(server, prompts, sampling)
-    if server.batching:
+    if server.batching and not images:
         return await server.engine.agenerate(prompts, sampling)
-    async with server.lock:
-        return await asyncio.to_thread(server.engine.generate, prompts, sampling)
+    async with server.lock:  # also keeps a reload from landing mid-request: the batcher's guard is not here
+        return await asyncio.to_thread(server.engine.generate, prompts, sampling, images)
 
 
 def _sampled_version(completions, default: int | None) -> int | None:
@@ -344,18 +385,20 @@ def _check(server: ModelServer, prompts: list[list[int]], sampling: SamplingPara
         raise APIError(str(exc)) from exc
 
 
-async def _streamed(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams):
-    if server.batching:
+async def _streamed(server: ModelServer, prompts: list[list[int]], sampling: SamplingParams,
+                    images: PromptImages | None = None):
+    if server.batching and not images:
         async for delta in server.engine.astream(prompts, sampling):
             yield delta
         return
     async with server.lock:
-        async for delta in _in_thread(server.engine.stream(prompts, sampling, chunk_tokens=1)):
+        async for delta in _in_thread(server.engine.stream(prompts, sampling, chunk_tokens=1, images=images)):
             yield delta
 
 
 async def _chat_stream(server: ModelServer, request: ChatRequest, prompts: list[list[int]],
-                       sampling: SamplingParams, head: dict) -> AsyncIterator[str]:
+                       sampling: SamplingParams, head: dict, images: PromptImages | None = None
+                       ) -> AsyncIterator[str]:
     chunk = {**head, "object": "chat.completion.chunk"}
     texts = [""] * len(prompts)
     sent = [("", "")] * len(prompts)
@@ -366,7 +409,7 @@ async def _chat_stream(server: ModelServer, request: ChatRequest, prompts: list[
         if request.return_token_ids:
             first["prompt_token_ids"] = prompts[index]
         yield _sse(first)
-    async for delta in _streamed(server, prompts, sampling):
+    async for delta in _streamed(server, prompts, sampling, images and images * len(prompts)):
         generated += len(delta.token_ids)
         row = delta.row
         texts[row] += delta.text
@@ -385,8 +428,8 @@ async def _chat_stream(server: ModelServer, request: ChatRequest, prompts: list[
             elif message["content"] and not message["content"].startswith(sent[row][1].strip()):
                 out["content"] = message["content"]  # a malformed call: the raw text, as non-streamed
             reason = reason or delta.finish_reason
-        if not out and reason is None and not request.logprobs:
-            continue
+        if not out and reason is None and not request.logprobs and not request.return_token_ids:
+            continue  # nothing to send (with token ids or logprobs, every token goes out)
         choice = {"index": row, "delta": out, "finish_reason": reason, "logprobs": None}
         if request.logprobs:
             choice["logprobs"] = {"content": server.token_logprobs(delta.token_ids, delta.logprobs, delta.alternatives)}

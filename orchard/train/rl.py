@@ -43,7 +43,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from orchard.data.chat import ChatFormat, make_chat_format
+from orchard.data.chat import ChatFormat
 from orchard.data.examples import ContextView, latest_images
 from orchard.data.images import ImageStore
 from orchard.data.tokenizer import Tokenizer
@@ -57,13 +57,12 @@ from orchard.harness.policies import EnginePolicy
 from orchard.harness.seeds import derive_seed, episode_seed
 from orchard.harness.task import Task
 from orchard.models.build import ModelSpec, build_model
-from orchard.models.pixels import image_tokens
 from orchard.models.sharding import MeshConfig
 from orchard.models.vision import Grid
 from orchard.models.vlm import VLMConfig
 from orchard.models.weights import ModelWeights
 from orchard.rollout.engine import RolloutEngine
-from orchard.rollout.jax_engine import JaxEngine
+from orchard.rollout.jax_engine import JaxEngine, model_chat_format
 from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
 from orchard.train.bar import GroupResult, GroupSampler, SamplerConfig, make_sampler
 from orchard.train.checkpoint import Checkpointer
@@ -376,15 +375,6 @@ def make_policy(config: RLConfig, engine: RolloutEngine, chat_format: ChatFormat
                         images=images)
 
 
-def policy_chat_format(name: str, tokenizer: Tokenizer, model: Any) -> ChatFormat:
-    """The chat format ``name`` over ``tokenizer``; for a vision-language ``model``, one that counts its
-    images' placeholders as the model processes them."""
-    config = getattr(model, "config", None)
-    if not isinstance(config, VLMConfig):
-        return make_chat_format(name, tokenizer)
-    return make_chat_format(name, tokenizer, lambda w, h: image_tokens(w, h, config.vision, config.processing))
-
-
 async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, tasks: Sequence[Task],
                    harness: Harness, *, policy: str, tokenizer: str | None = None,
                    inputs: dict[str, str] | None = None, rerun: bool = False,
@@ -412,7 +402,7 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     mesh = config.mesh.make()
     model = build_model(ModelSpec(path=policy, dtype=config.dtype, param_dtype=config.param_dtype), config.seed)
     vocabulary = Tokenizer.from_pretrained(tokenizer or policy)
-    chat_format = policy_chat_format(config.chat_format, vocabulary, model)
+    chat_format = model_chat_format(config.chat_format, vocabulary, model)
     engine = make_engine(config.engine, model, vocabulary)
     vision = (model.config, images) if isinstance(getattr(model, "config", None), VLMConfig) else None
     if vision is not None and images is None:

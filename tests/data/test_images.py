@@ -3,18 +3,48 @@
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 
+import numpy as np
 import pytest
 from PIL import Image
 
-from orchard.data.images import ImageStore, png_size, recent_images
+from orchard.data.images import MAX_PIXELS, ImageStore, decode_rgb, png_size, recent_images
 from orchard.data.trajectory import Message
 
 
-def png(color: tuple[int, int, int], size=(7, 5)) -> bytes:
+def png(color: tuple[int, int, int], size=(7, 5), kind: str = "PNG") -> bytes:
     out = io.BytesIO()
-    Image.new("RGB", size, color).save(out, format="PNG")
+    Image.new("RGB", size, color).save(out, format=kind)
     return out.getvalue()
+
+
+def test_any_supported_image_is_stored_with_its_type_and_found_by_hash(tmp_path):
+    store = ImageStore(tmp_path)
+    jpeg = store.put(png((0, 128, 0), (16, 8), "JPEG"))
+    assert (jpeg.media_type, jpeg.width, jpeg.height) == ("image/jpeg", 16, 8)
+    assert store.find(jpeg.sha256).endswith(".jpg") and store.find("0" * 64) is None
+    assert store.pixels(jpeg).shape == (8, 16, 3) and abs(int(store.pixels(jpeg)[4, 8, 1]) - 128) < 8
+    assert store.put(png((1, 2, 3))).media_type == "image/png"
+    with pytest.raises(ValueError, match="unsupported image format 'GIF'"):
+        store.put(png((1, 2, 3), kind="GIF"))
+    with pytest.raises(ValueError, match="not a readable image"):
+        store.put(png((1, 2, 3))[:40])  # truncated
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_decoded():
+    side = int(MAX_PIXELS**0.5) + 1
+    rows = zlib.compress(b"\x00" * (1 + side) * 64)  # a few rows would do: the header alone must be refused
+    bomb = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)) + \
+        _chunk(b"IDAT", rows) + _chunk(b"IEND", b"")
+    with pytest.raises(ValueError, match="pixels is more than"):
+        decode_rgb(bomb)
+    assert decode_rgb(png((9, 8, 7))).dtype == np.uint8
 
 
 def test_an_image_is_stored_once_by_its_hash_and_checked_when_read(tmp_path):

@@ -167,12 +167,18 @@ def test_images_for_a_text_model_are_a_clear_error():
         Sampler(load("qwen3")).generate([[1, 2, 3]], GREEDY, images=[[np.zeros((8, 8, 3), np.uint8)]])
 
 
-def test_images_through_the_continuous_batcher_are_refused_clearly():
+def test_a_batching_engine_decodes_prompts_with_images_in_a_batch_of_their_own():
+    """The batcher's rows carry no image features: a prompt with images goes to the sampler, and gets
+    HF's tokens, while text prompts still share the batcher's decode steps."""
     from orchard.rollout.jax_engine import JaxEngine
 
+    expected = golden("qwen3_vl")
     engine = JaxEngine(load("qwen3_vl"), max_batch_rows=2)
     try:
-        with pytest.raises(ValueError, match="without continuous batching"):
-            engine.generate([[1, 2]], GREEDY, images=[[np.zeros((8, 8, 3), np.uint8)]])
+        [with_image] = engine.generate([expected["tokens_one"][0].tolist()], GREEDY, images=[[expected["image_0"]]])
+        assert with_image.token_ids == expected["greedy_one"].tolist()
+        admitted = engine.batcher.stats["admitted"]
+        engine.generate([[1, 2, 3]], GREEDY)
+        assert engine.batcher.stats["admitted"] == admitted + 1
     finally:
         engine.close()

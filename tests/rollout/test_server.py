@@ -135,6 +135,9 @@ def test_bad_requests_get_openai_errors(client, smollm2_server):
             {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}])
     with pytest.raises(openai.BadRequestError, match="token ids"):
         client.completions.create(model=name, prompt=[10**9], max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="takes no images"):
+        client.chat.completions.create(model=name, messages=[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}])
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
         client.chat.completions.create(model=name, messages=MESSAGES, logprobs=True, top_logprobs=30)
     raw = httpx.post(f"{smollm2_server.url}/chat/completions", content=b"{not json", timeout=10,
