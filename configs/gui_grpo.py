@@ -63,10 +63,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     # Stage 4: GRPO, per-turn rows with the latest screenshot (k = 1), fixed groups of 4, no KL, clip 0.2 / 0.28,
     # and the step-budget curriculum scaled to these pages: 2 steps until the reward saturates (or 4 RL
-    # steps), then 4.
+    # steps), then 4. Greedy held-out success midway (step 4), for the curve of notebooks/gui_rl_init.ipynb.
     config.rl = ConfigDict({"num_steps": 8, "checkpoint_every": 4, "prompts_per_step": 4, "updates_per_batch": 1,
                             "eps_low": 0.2, "eps_high": 0.28, "seq_len": 2688, "rows": 64, "micro_rows": 4,
-                            "rows_per": "turn", "context_images": 1, "images_per_row": 1})
+                            "rows_per": "turn", "context_images": 1, "images_per_row": 1, "eval_every": 4})
     config.rl.optim = ConfigDict({"peak_lr": 3e-4, "final_lr": 3e-4, "warmup_steps": 1, "weight_decay": 0.0,
                                   "clip_norm": 1.0, "frozen": ()})
     config.rl.sampler = ConfigDict({"name": "fixed", "group_size": 4})
@@ -88,7 +88,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.tasks.update({"pages": ("click-test", "click-button", "click-link"), "sft_seeds": 2, "rl_seeds": 2,
                              "held_out_seeds": 1, "held_out_page_fraction": 0.3})
         config.sft.update({"num_steps": 4, "log_every": 2, "eval_every": 4, "checkpoint_every": 4})
-        config.rl.update({"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 2, "rows": 16})
+        config.rl.update({"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 2, "rows": 16, "eval_every": 1})
         config.rl.sampler.group_size = 2
         config.rl.curriculum.stages = ({"max_steps": 1, "min_steps": 1, "max_steps_in_stage": 1}, {"max_steps": 2})
         config.rl.rollout.update({"max_new_tokens": 24, "max_turns": 2})
@@ -103,7 +103,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.sft.update({"num_steps": 400, "seq_len": 65536, "batch_size": 32, "images_per_row": 1})
         config.sft.optim.update({"peak_lr": 1e-5, "final_lr": 1e-6, "frozen": ("model.visual",)})
         config.rl.update({"num_steps": 200, "prompts_per_step": 32, "rows": 32 * 8 * 30, "micro_rows": 32,
-                          "seq_len": 65536})
+                          "seq_len": 65536, "eval_every": 20})
         config.rl.optim.update({"peak_lr": 1e-6, "final_lr": 1e-6, "frozen": ("model.visual",)})
         config.rl.sampler.update({"group_size": 8})
         config.rl.curriculum.update({"stages": ({"max_steps": 15, "min_steps": 20}, {"max_steps": 30}), "window": 10})

@@ -435,7 +435,8 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
             rl_dir = os.path.join(workdir, "rl")
             await train_rl(settings.rl, rl_dir, client, tasks.rl, harness(settings, images), policy=policy_dir,
                            tokenizer=tokenizer_dir, inputs={"policy": policy_made_by, "tasks": tasks_made_by},
-                           rerun=rerun, images=images, pool=pool)
+                           rerun=rerun, images=images, pool=pool,
+                           held_out={name: getattr(tasks, name) for name in HELD_OUT if getattr(tasks, name)})
             clock.lap("rl")
             await evaluate("rl", policy_model(os.path.join(rl_dir, "model")), made_by(rl_dir), PASSES)
             clock.lap("evaluate")

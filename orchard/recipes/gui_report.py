@@ -102,9 +102,22 @@ def headline(result: GUIResult) -> dict[str, Any]:
             "seconds": result.seconds}
 
 
+def held_out_curve(result: GUIResult, held_out: str, start: str) -> list[tuple[int, float]]:
+    """Greedy held-out success against RL step: the evaluation of the policy RL started from (step 0),
+    RL's own evaluations along the way (``rl.eval_every``), and the final policy's (the last step)."""
+    stages = result.held_out.get(held_out, {})
+    steps = sorted(result.rl_metrics)
+    if start not in stages or "rl" not in stages or not steps:
+        return []
+    key = f"held_out_success/{held_out}"
+    middle = [(step, result.rl_metrics[step][key]) for step in steps[:-1] if key in result.rl_metrics[step]]
+    return [(0, stages[start]["greedy"]["resolve_rate"]), *middle,
+            (steps[-1], stages["rl"]["greedy"]["resolve_rate"])]
+
+
 def plot_rl_init(results: dict[str, GUIResult], path: str) -> str:
     """The RL-init ablation (Figure 7): each arm's training reward per RL step, and its held-out success
-    (greedy, by set) where RL starts and where it ends; returns ``path``."""
+    (greedy, by set) against RL step (:func:`held_out_curve`); returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,11 +129,10 @@ def plot_rl_init(results: dict[str, GUIResult], path: str) -> str:
         left.plot(steps, [result.rl_metrics[s]["reward"] for s in steps], marker="o", label=name.replace("_", " "))
         start = "sft" if "sft" in next(iter(result.held_out.values()), {}) else "init"
         for held_out, style in zip(HELD_OUT, ("-", "--"), strict=True):
-            stages = result.held_out.get(held_out, {})
-            if start in stages and "rl" in stages:
-                right.plot([0, steps[-1] if steps else 1],
-                           [stages[start]["greedy"]["resolve_rate"], stages["rl"]["greedy"]["resolve_rate"]],
-                           style, marker="o", label=f"{name.replace('_', ' ')}, {held_out.replace('_', ' ')}")
+            curve = held_out_curve(result, held_out, start)
+            if curve:
+                right.plot(*zip(*curve, strict=True), style, marker="o",
+                           label=f"{name.replace('_', ' ')}, {held_out.replace('_', ' ')}")
     left.set_xlabel("RL step")
     left.set_ylabel("training reward")
     left.legend()

@@ -35,7 +35,7 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory
 from orchard.data.vision_rows import IMAGE_FEATURES, ImageTable
 from orchard.env.client import AsyncSandboxClient
-from orchard.eval.runner import RolloutConfig
+from orchard.eval.runner import RolloutConfig, evaluate_policy
 from orchard.harness.core import Harness, Policy
 from orchard.harness.episode import EpisodeRunner, SandboxPool, SetupCache
 from orchard.harness.policies import EnginePolicy
@@ -124,6 +124,9 @@ class RLConfig:
     context_images: int = -1
     images_per_row: int = 2  # room for images in each packed row (a vision-language policy's)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    # Greedy success on held-out tasks every this many steps (0: never), for curves against step; the
+    # policies RL starts from and ends with are its caller's to evaluate, so the last step is skipped.
+    eval_every: int = 0
     chat_format: str = "qwen3"
     dtype: str = "float32"
     param_dtype: str = "float32"
@@ -379,7 +382,8 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
                    harness: Harness, *, policy: str, tokenizer: str | None = None,
                    inputs: dict[str, str] | None = None, rerun: bool = False,
                    setups: SetupCache | None = None, images: ImageStore | None = None,
-                   pool: SandboxPool | None = None) -> dict[str, float]:
+                   pool: SandboxPool | None = None,
+                   held_out: Mapping[str, Sequence[Task]] | None = None) -> dict[str, float]:
     """Run ``config.num_steps`` RL steps in ``workdir`` from the policy in ``policy`` (an HF
     directory or a ``.gguf``) with the tokenizer in ``tokenizer`` (default: beside the policy);
     return the last step's metrics. The final policy is
@@ -391,6 +395,8 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     episodes of reusable families. ``images``: the store the harness writes
     screenshots to, for a vision-language policy (its prompts show them; its rows train on them).
     ``config.curriculum`` raises the episodes' step cap from stage to stage as the reward saturates.
+    ``held_out`` (named sets of tasks): with ``config.eval_every``, each set's greedy success under the
+    full limits is logged as ``held_out_success/<name>`` at those steps (never used to choose anything).
 
     The rollout engine is ``config.engine`` (:func:`make_engine`): on the embedded default the
     in-process :class:`~orchard.rollout.jax_engine.JaxEngine` over the learner's own parameters, so
@@ -430,6 +436,8 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
         runner = config.rollout.runner(client, harness, make_policy(config, engine, chat_format, images=images),
                                        setups, pool)
         workers = RolloutWorkers(runner, config.seed)
+        greedy = config.rollout.runner(client, harness, make_policy(config, engine, chat_format, 0.0, images),
+                                       setups, pool)
         sampler = make_sampler(config.sampler)
         tasks = await rl_prompts(config.pass_filter, workdir, workers, tasks)
         last: dict[str, float] = {}
@@ -447,6 +455,12 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
                     curriculum.observe(last["reward"])
                     curriculum_states[str(step + 1)] = curriculum.state_dict()
                     write_json(curriculum_path, curriculum_states)
+                if held_out and config.eval_every and (step + 1) % config.eval_every == 0 \
+                        and step + 1 < config.num_steps:
+                    for name, held_tasks in held_out.items():
+                        evaluation = await evaluate_policy(greedy, held_tasks, seed=config.seed,
+                                                           name=f"rl held-out {name}", progress=False)
+                        last[f"held_out_success/{name}"] = evaluation.metrics()["resolve_rate"]
                 metrics.write(step + 1, last)
                 checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
                 bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",

@@ -15,7 +15,7 @@ import pytest
 from configs.gui_grpo import get_config
 from orchard.data.trajectory import read_trajectories
 from orchard.recipes.gui import episodes_path, run_rl_init_ablation, sampled_change
-from orchard.recipes.gui_report import check_config
+from orchard.recipes.gui_report import check_config, held_out_curve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -77,6 +77,11 @@ def test_the_gui_recipe_end_to_end_in_both_arms_of_the_rl_init_ablation(orchestr
                 *(os.path.join(workdir, name, "eval", f"{stage}_sampled_{held_out}") for stage in (start, "rl")))
         # The step-budget curriculum: 1 step per episode in RL's first step, then 2; the same budget in both arms.
         assert [arm.rl_metrics[step]["max_steps"] for step in (1, 2)] == [1.0, 2.0]
+        # Greedy held-out success midway (rl.eval_every = 1 of 2 steps): the curve's start, middle and end.
+        for held_out in ("held_out_seed", "held_out_task"):
+            assert 0.0 <= arm.rl_metrics[1][f"held_out_success/{held_out}"] <= 1.0
+            assert f"held_out_success/{held_out}" not in arm.rl_metrics[2]
+            assert [step for step, _ in held_out_curve(arm, held_out, start)] == [0, 1, 2]
         assert 0.0 <= arm.browser_share["rl"] <= 1.0 and arm.seconds["rl"] > 0
     # Both arms share the tasks, the teacher and the tokenizer; only the first trains SFT.
     assert os.path.realpath(os.path.join(workdir, "from_init", "tokenizer")) == os.path.join(workdir, "from_sft",
