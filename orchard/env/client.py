@@ -220,6 +220,22 @@ class StreamChunk:
         return self.data.decode("utf-8", errors="replace")
 
 
+@dataclass(frozen=True)
+class PortReply:
+    """What a server in a sandbox answered through the port forward (:meth:`AsyncSandbox.port_request`)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
 # ---------------------------------------------------------------- transport
 
 
@@ -371,6 +387,28 @@ class AsyncSandbox:
     def port_headers(self) -> dict[str, str]:
         """The headers a request to :meth:`port_url` needs (the API key)."""
         return dict(self._t.headers)
+
+    async def port_request(self, port: int, method: str, path: str = "/", *, json: Any = None,
+                           params: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
+                           read_timeout: float | None = None) -> PortReply:
+        """One HTTP request to the server on ``port`` of the sandbox's loopback (:meth:`port_url`), and
+        its answer whatever the status: a 404 or a 429 is the server's to give. Only the forward's own
+        failures raise, typed (the sandbox is gone: :class:`SandboxNotFound`; nothing listens on the
+        port: a 502 ``port_unreachable``; the orchestrator is unreachable: :class:`OrchardConnectionError`).
+        Not retried: the request may not be idempotent."""
+        url = self.port_url(port, path)
+        kwargs = self._t._args({"params": dict(params)} if params else {})
+        if read_timeout is not None:
+            kwargs["timeout"] = _timeout(read_timeout)
+        try:
+            async with self._t.session.request(method, url, json=json, headers=dict(headers or {}),
+                                               **kwargs) as response:
+                reply = PortReply(response.status, dict(response.headers), await response.read())
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise OrchardConnectionError(f"{method} {url}: {exc!r}", code="connection_error") from exc
+        if reply.headers.get("Content-Type", "").startswith("application/problem+json"):
+            _raise_for_problem(reply.status, reply.body)  # the orchestrator's or the agent's, not the server's
+        return reply
 
     # -- lifecycle
     async def heartbeat(self) -> SandboxInfo:
@@ -755,6 +793,7 @@ class Sandbox:
         return self._async.port_url(port, path, websocket=websocket)
 
     port_headers = property(lambda self: self._async.port_headers, doc=AsyncSandbox.port_headers.__doc__)
+    port_request = _blocking(AsyncSandbox.port_request)
 
     def run_async(self, function: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """``await function(async_sandbox, *args, **kwargs)`` on the SDK's loop, from sync code.

@@ -55,6 +55,19 @@ def test_bad_requests_get_clear_errors_and_nothing_else_reaches_the_port(served,
         httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
 
 
+def test_port_request_gives_the_server_s_answer_and_raises_only_for_the_forward(served):
+    from orchard.env.client import OrchardError
+
+    sb, port = served
+    reply = sb.port_request(port, "POST", "/echo/x", json={"a": 1}, params={"flag": True})
+    assert reply.status == 200 and reply.json()["query"] == "flag=true" and reply.json()["body"] == '{"a": 1}'
+    missing = sb.port_request(port, "GET", "/no/such/route")  # the server's own 404 is an answer
+    assert missing.status == 404 and "Not Found" in missing.text
+    with pytest.raises(OrchardError) as raised:  # nothing listens: the forward's problem, typed
+        sb.port_request(free_port(), "GET", "/")
+    assert raised.value.status == 502 and raised.value.code == "port_unreachable"
+
+
 async def _talk(url: str, headers: dict[str, str]) -> tuple:
     async with aiohttp.ClientSession() as http, http.ws_connect(url, headers=headers, protocols=("echo",)) as ws:
         await ws.send_str("hi")
