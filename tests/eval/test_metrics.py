@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -36,6 +37,17 @@ def test_pass_hat_k_is_all_k_of_k_trials_passing():
     # n = 5, c = 4, k = 3: C(4, 3) / C(5, 3) = 4/10
     assert pass_hat_k(5, 4, 3) == pytest.approx(0.4)
     assert pass_hat_k(8, 8, 3) == 1.0 and pass_hat_k(8, 0, 3) == 0.0 and pass_hat_k(6, 3, 1) == 0.5
+
+
+def test_both_estimators_equal_brute_force_enumeration_of_every_draw():
+    """Over every way to draw k of the n trials (the order of passes among them does not matter)."""
+    for n in range(1, 7):
+        for c in range(n + 1):
+            trials = [True] * c + [False] * (n - c)
+            for k in range(1, n + 1):
+                draws = list(itertools.combinations(trials, k))
+                assert pass_at_k(n, c, k) == pytest.approx(sum(any(d) for d in draws) / len(draws))
+                assert pass_hat_k(n, c, k) == pytest.approx(sum(all(d) for d in draws) / len(draws))
 
 
 @pytest.mark.parametrize("metric", [pass_at_k, pass_hat_k])
