@@ -5,7 +5,7 @@ PIP := $(PY) -m pip install -q
 RUN_STAMP := $(VENV)/.run-stamp
 TEST_STAMP := $(VENV)/.test-stamp
 RUN_EXTRAS := env,train,swe
-TEST_EXTRAS := env,train,swe,gui,redis,bundle,k8s,dev
+TEST_EXTRAS := env,train,swe,gui,claw,redis,bundle,k8s,dev
 PYTEST_ARGS ?=
 
 .PHONY: run test lint bench system-deps run-deps test-deps clean
