@@ -161,8 +161,10 @@ class Policy(Protocol):
 
 class Harness(Protocol):
     """A harness. It may also define ``async opening(sandbox) -> list[Message]``: observations shown
-    before the first turn (the browser harness's first screenshot); a sandbox error there aborts
-    the run like one in :meth:`execute`."""
+    before the first turn (the browser harness's first screenshot), and ``async tools_for(sandbox)
+    -> list[dict]``: the episode's tool schemas when the task's environment defines them (a Claw
+    task's services), in place of :attr:`tools`. A sandbox error in either aborts the run like one
+    in :meth:`execute`."""
 
     name: str
     system_prompt: str
@@ -241,17 +243,20 @@ async def run_agent(harness: Harness, policy: Policy, sandbox: AsyncSandbox, tas
     if run.error is not None:
         info["error"] = run.error
     return Trajectory(task_id=task_id, harness=harness.name, policy=policy.name, messages=conversation.messages,
-                      tools=harness.tools, outcome=Outcome(status=run.end_reason.status), metadata=info)
+                      tools=conversation.tools, outcome=Outcome(status=run.end_reason.status), metadata=info)
 
 
 async def _loop(harness: Harness, policy: Policy, sandbox: AsyncSandbox, conversation: Conversation,
                 limits: Limits, run: _Run) -> None:
     messages = conversation.messages
-    opening = getattr(harness, "opening", None)
-    if opening is not None:
+    tools_for, opening = getattr(harness, "tools_for", None), getattr(harness, "opening", None)
+    if tools_for is not None or opening is not None:
         clock = time.monotonic()
         try:
-            messages.extend(await opening(sandbox))
+            if tools_for is not None:
+                conversation.tools = await tools_for(sandbox)
+            if opening is not None:
+                messages.extend(await opening(sandbox))
         except OrchardError as exc:
             return run.end(EndReason.SANDBOX_ERROR, f"{type(exc).__name__}: {exc}")
         finally:

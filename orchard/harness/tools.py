@@ -43,9 +43,10 @@ def _typed(value: Any, kind: str) -> bool:
     return isinstance(value, _TYPES[kind])
 
 
-def checked_calls(turn: Turn, tools: list[dict[str, Any]], no_call: str) -> list[ToolCall]:
-    """The turn's tool calls, each checked against its schema in ``tools``; ``no_call`` is what the
-    model is told when it called nothing."""
+def checked_calls(turn: Turn, tools: list[dict[str, Any]] | None, no_call: str) -> list[ToolCall]:
+    """The turn's tool calls, each checked against its schema in ``tools`` (``None``: the tools are
+    the episode's, checked where they run: only that calls parsed and exist); ``no_call`` is what
+    the model is told when it called nothing."""
     if turn.errors:
         raise FormatError("ERROR: your tool call could not be parsed: " + "; ".join(turn.errors))
     calls = turn.message.tool_calls
@@ -54,6 +55,8 @@ def checked_calls(turn: Turn, tools: list[dict[str, Any]], no_call: str) -> list
                           "\"name\" and \"arguments\" inside <tool_call></tool_call>.")
     if not calls:
         raise FormatError(no_call)
+    if tools is None:
+        return list(calls)
     schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in tools}
     for call in calls:
         if call.name not in schemas:
