@@ -143,7 +143,8 @@ class ClawTask:
                     await sandbox.write_file(posixpath.join(SHIMS_DIR, os.path.basename(path)), handle.read(),
                                              mode=0o755)
 
-    async def _wait_healthy(self, sandbox: AsyncSandbox, timeout: float = 20.0) -> None:
+    async def _wait_healthy(self, sandbox: AsyncSandbox, timeout: float = 120.0) -> None:
+        """Until the services answer: half a second alone, much longer when dozens start on two cores."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:

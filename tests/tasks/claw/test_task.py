@@ -6,31 +6,17 @@ import json
 
 import pytest
 
-from orchard.data.trajectory import Message, ToolCall
+from orchard.data.trajectory import Message
 from orchard.harness.bash import SUBMIT_SENTINEL
 from orchard.harness.claw import ClawHarness, claw_shell_harness
 from orchard.harness.core import Conversation, Turn
 from orchard.harness.episode import SandboxPool, run_episode
 from orchard.tasks.claw.families import FAMILIES
+from orchard.tasks.claw.oracle import PlanPolicy
 from orchard.tasks.claw.spec import ClawTaskSpec, PlanStep
 from orchard.tasks.claw.task import SERVICES_ROOT, ClawTask
 
 pytestmark = pytest.mark.usefixtures("orchestrator")
-
-
-class PlanPolicy:
-    """Says a plan's tool calls, one a turn (the teacher's moves, without a model)."""
-
-    name = "plan"
-
-    def __init__(self, steps: list[PlanStep]) -> None:
-        self.steps = steps
-
-    async def act(self, conversation: Conversation, *, max_context: int | None = None) -> Turn:
-        done = sum(message.role == "assistant" for message in conversation.messages)
-        step = self.steps[min(done, len(self.steps) - 1)]
-        call = ToolCall(id=f"call_{done}", name=step.tool, arguments=step.arguments)
-        return Turn(Message(role="assistant", content="", tool_calls=[call]))
 
 
 class ShellPolicy:
