@@ -240,6 +240,16 @@ def start_proxy(upstream: str, tmp_path_factory) -> Iterator[Proxy]:
         yield Proxy(f"http://127.0.0.1:{port}", records)
 
 
+def mini_swe_agent_model(config: dict, session: dict):
+    """mini-swe-agent's text-based litellm model of ``config``, calling a proxy ``session``."""
+    from minisweagent.models import get_model
+
+    return get_model(config={**config["model"], "model_name": "openai/whatever", "model_class": "litellm_textbased",
+                             "cost_tracking": "ignore_errors",
+                             "model_kwargs": {"api_base": session["base_url"], "api_key": session["api_key"],
+                                              "drop_params": True}})
+
+
 @pytest.fixture(scope="session")
 def proxy(smollm2_server, tmp_path_factory) -> Iterator[Proxy]:
     """``orchard proxy`` in front of the session's SmolLM2 server."""

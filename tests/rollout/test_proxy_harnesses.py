@@ -12,6 +12,7 @@ from orchard.rollout.proxy_records import read_session
 from orchard.tasks.swe.diffs import unified_diff
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.mini_swe_agent import run_swe_instance
+from tests.conftest import mini_swe_agent_model
 from tests.tasks.swe.calc import write_calc_repo
 
 OPS = "def add(a, b):\n    return a - b\n"
@@ -21,18 +22,13 @@ TESTS = "from calc.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 
 @pytest.mark.slow
 def test_mini_swe_agent_runs_through_the_proxy_and_its_calls_are_the_server_s(proxy, smollm2_server, client,
                                                                             tmp_path):
-    from minisweagent.models import get_model
-
     instance = SWEInstance(instance_id="calc__add", repo="orchard/calc", base_commit="0" * 40,
                            problem_statement="add subtracts.", patch=unified_diff(OPS, OPS.replace("-", "+"), "calc/ops.py"),
                            FAIL_TO_PASS=("tests/test_ops.py::test_add",), repo_path=write_calc_repo(tmp_path, OPS, TESTS))
     session = proxy.open(harness="mini-swe-agent", sampling={"temperature": 0, "max_tokens": 24})
     config = load_config("swebench_backticks")
     config["agent"]["step_limit"] = 2
-    model = get_model(config={**config["model"], "model_name": "openai/whatever", "model_class": "litellm_textbased",
-                              "cost_tracking": "ignore_errors",
-                              "model_kwargs": {"api_base": session["base_url"], "api_key": session["api_key"],
-                                               "drop_params": True}})
+    model = mini_swe_agent_model(config, session)
     run = run_swe_instance(client, instance, model, config=config, sandbox_spec={"memory": "512Mi"})
     proxy.close(session)
     assert run.trajectory.harness == "mini-swe-agent" and not run.trajectory.outcome.resolved

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchard.data.trajectory import Outcome, Trajectory
-from orchard.env.client import AsyncSandbox, OrchardError
+from orchard.env.client import AsyncSandbox, OrchardError, Sandbox
 from orchard.eval.claw_score import TestResult, claw_score
 from orchard.harness.claw import ROUTE_KEY, TOOLS_PATH
 from orchard.harness.core import Limits
@@ -67,7 +67,7 @@ def claw_family(time_budget_s: float = 600.0, python: str = sys.executable) -> T
                       limits=Limits(max_steps=10_000, time_limit=time_budget_s, max_format_errors=5), reusable=True)
 
 
-def workdir_of(sandbox: AsyncSandbox) -> str:
+def workdir_of(sandbox: AsyncSandbox | Sandbox) -> str:
     """Where a sandbox's commands start, and a task's files go."""
     return sandbox.info.spec.workdir or "/workspace"
 
