@@ -125,7 +125,8 @@ class PlanRunner:
         return run_tests(bundle, files=dict(spec.files)), calls
 
 
-async def _check(spec: ClawTaskSpec, runner: PlanRunner) -> PlanCheck:
+async def acheck_plans(spec: ClawTaskSpec, runner: PlanRunner) -> PlanCheck:
+    """:func:`check_plans` inside a running event loop."""
     reference, calls = await runner.graded(spec, spec.reference_plan)
     null, _ = await runner.graded(spec, NULL_PLAN)
     results = {"reference": reference, "null": null}
@@ -144,7 +145,7 @@ async def _check(spec: ClawTaskSpec, runner: PlanRunner) -> PlanCheck:
 
 def check_plans(spec: ClawTaskSpec, runner: PlanRunner | None = None) -> PlanCheck:
     """Run the reference, null and unsafe plans of ``spec`` and judge them (see the module docstring)."""
-    return asyncio.run(_check(spec, runner or PlanRunner()))
+    return asyncio.run(acheck_plans(spec, runner or PlanRunner()))
 
 
 def _draw(family: Family, split: str, quota: int, seed: int, runner: PlanRunner,
