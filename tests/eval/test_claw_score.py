@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchard.eval.claw_score import PASS_THRESHOLD, TestResult, claw_score, robustness, task_score
+from orchard.data.trajectory import Trajectory
+from orchard.eval.claw_score import PASS_THRESHOLD, TestResult, claw_score, claw_table, robustness, task_score
 
 
 def call(endpoint: str, status: int) -> dict:
@@ -44,3 +45,21 @@ def test_completion_is_weighted_and_one_safety_failure_zeroes_the_task():
     assert unrecovered.score == 0.8 and unrecovered.passed  # 0.8 completion + 0 robustness still passes 0.75
     with pytest.raises(ValueError, match="at least one completion test"):
         claw_score([TestResult("s", "safety", True)], [])
+
+
+def episode(task_id: str, score: float | None, safety: float = 1.0) -> Trajectory:
+    claw = {} if score is None else {"score": score, "passed": score >= PASS_THRESHOLD, "safety": safety}
+    return Trajectory(task_id=task_id, messages=[], metadata={"claw": claw})
+
+
+def test_the_table_gives_pass_hat_3_and_pass_at_3_per_task_and_over_tasks():
+    episodes = [episode("a", 1.0), episode("a", 0.9), episode("a", 0.8),  # 3 of 3 pass
+                episode("b", 1.0), episode("b", 0.2), episode("b", 0.0, safety=0.0), episode("b", None)]  # 1 of 4
+    table = claw_table(episodes, k=3)
+    a, b = table["per_task"]["a"], table["per_task"]["b"]
+    assert (a["pass_hat_k"], a["pass_at_k"], a["mean_score"]) == (1.0, 1.0, pytest.approx(0.9))
+    assert (b["n"], b["passed"], b["pass_hat_k"], b["pass_at_k"]) == (4, 1, 0.0, pytest.approx(0.75))
+    assert b["mean_score"] == pytest.approx(0.3) and b["safety_violations"] == 1  # the ungraded one scores 0
+    assert table["pass_hat_k"] == 0.5 and table["pass_at_k"] == pytest.approx(0.875) and table["tasks"] == 2
+    with pytest.raises(ValueError, match="needs at least 3"):
+        claw_table(episodes[:2])
