@@ -26,6 +26,7 @@ metadata (``claw``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -34,14 +35,14 @@ import posixpath
 import secrets
 import shlex
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchard.data.trajectory import Outcome, Trajectory
 from orchard.env.client import AsyncSandbox, OrchardError, Sandbox
 from orchard.eval.claw_score import TestResult, claw_score
-from orchard.harness.claw import ROUTE_KEY, TOOLS_PATH
-from orchard.harness.core import Limits
+from orchard.harness.claw import DEFAULT_LIMITS, ROUTE_KEY, TOOLS_PATH
 from orchard.harness.task import TaskFamily
 from orchard.tasks.claw.services import PACKAGE_DIR, SANDBOX_NAME
 from orchard.tasks.claw.services.admin import ADMIN_HEADER
@@ -59,12 +60,12 @@ def admin_token(sandbox_id: str) -> str:
     return hmac.new(_SECRET, sandbox_id.encode(), hashlib.sha256).hexdigest()
 
 
-def claw_family(time_budget_s: float = 600.0, python: str = sys.executable) -> TaskFamily:
+def claw_family(time_budget_s: float = 600.0) -> TaskFamily:
     """The Claw family: 2 vCPU and 2 GiB as the paper's sandboxes, no network (the services are on the
     sandbox's loopback), no step cap and the wall-clock budget; ``reusable`` (see the module docstring)."""
     return TaskFamily(name="claw", sandbox={"cpu": 2.0, "memory": "2Gi", "pids": 512, "network": "none",
                                             "ttl": time_budget_s + 300.0},
-                      limits=Limits(max_steps=10_000, time_limit=time_budget_s, max_format_errors=5), reusable=True)
+                      limits=dataclasses.replace(DEFAULT_LIMITS, time_limit=time_budget_s), reusable=True)
 
 
 def workdir_of(sandbox: AsyncSandbox | Sandbox) -> str:
@@ -91,7 +92,7 @@ class ClawTask:
 
     def __post_init__(self) -> None:
         if self.family is None:
-            self.family = claw_family(self.spec.environment.time_budget_s, self.python)
+            self.family = claw_family(self.spec.environment.time_budget_s)
 
     @property
     def id(self) -> str:
@@ -135,8 +136,6 @@ class ClawTask:
 
     async def _install_shims(self, sandbox: AsyncSandbox) -> None:
         """The command-line tools, written here and copied in (their text names the sandbox's paths)."""
-        import tempfile
-
         with tempfile.TemporaryDirectory(prefix="orchard-claw-shims-") as local:
             for path in install_shims(local, self.python, SERVICES_ROOT):
                 with open(path, "rb") as handle:
