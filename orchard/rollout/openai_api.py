@@ -87,6 +87,14 @@ def error_body(message: str, kind: str = "invalid_request_error", code: int = 40
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+def has_image_parts(messages: Any) -> bool:
+    """Whether any chat message has an ``image_url`` part (the others need no image work)."""
+    return isinstance(messages, list) and any(
+        isinstance(message, dict) and isinstance(message.get("content"), list)
+        and any(isinstance(part, dict) and part.get("type") == "image_url" for part in message["content"])
+        for message in messages)
+
+
 def content_parts(content: str | list | None) -> tuple[str, list[str]]:
     """A message's text (its text parts joined) and the URLs of its ``image_url`` parts, in order."""
     if content is None or isinstance(content, str):

@@ -61,7 +61,7 @@ from pydantic import BaseModel, Field
 
 from orchard.data.images import ImageStore
 from orchard.data.jsonl import JsonlWriter
-from orchard.rollout.openai_api import APIError, data_uri_bytes, error_body
+from orchard.rollout.openai_api import APIError, data_uri_bytes, error_body, has_image_parts
 from orchard.rollout.openai_client import OpenAIClient, OpenAIError
 from orchard.rollout.proxy_records import Status, read_session
 
@@ -360,7 +360,8 @@ class RecordingProxy:
         session.calls += 1
         number, call = session.calls, _Call(kind)
         remaining = None if session.deadline is None else session.deadline - time.monotonic()
-        recorded = await asyncio.to_thread(_images_by_hash, body, self.images)
+        recorded = (await asyncio.to_thread(_images_by_hash, body, self.images)  # hashing and writing off the loop
+                    if has_image_parts(body.get("messages")) else body)
         kept = (recorded, {**upstream, **({"messages": recorded["messages"]} if "messages" in recorded else {})})
         if body.get("stream"):
             return StreamingResponse(self._stream(session, number, path, upstream, kept, call, wants_ids,

@@ -51,6 +51,7 @@ from orchard.rollout.openai_api import (
     CompletionRequest,
     content_parts,
     error_body,
+    has_image_parts,
     image_url_bytes,
 )
 from orchard.rollout.sampler import PromptImages
@@ -268,7 +269,8 @@ def create_app(server: ModelServer) -> FastAPI:
         tools = request.tools if request.tool_choice != "none" else None
         if isinstance(request.tool_choice, dict):
             raise APIError("tool_choice may be 'auto' or 'none'; forcing a function is not supported")
-        messages = await asyncio.to_thread(server.chat_messages, request.messages)  # decodes images
+        messages = (await asyncio.to_thread(server.chat_messages, request.messages)  # decodes images off the loop
+                    if has_image_parts(request.messages) else server.chat_messages(request.messages))
         try:
             rendered = server.chat_format(thinking).render(messages, tools=tools, add_generation_prompt=True)
         except (ValueError, TypeError, KeyError) as exc:
