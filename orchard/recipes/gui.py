@@ -73,9 +73,11 @@ from orchard.recipes.swe import (
     EvalConfig,
     TokenizerConfig,
     episodes_path,
+    message_texts,
     sampled_change,
     shared_stages,
 )
+from orchard.recipes.swe import tokenizer_stage as shared_tokenizer_stage
 from orchard.rollout.jax_engine import JaxEngine, model_chat_format
 from orchard.tasks.gui.collect import collect, gui_splits, loop_seconds
 from orchard.tasks.gui.miniwob import CATALOGUE, FAMILY, MiniWoBTask, build_instances
@@ -274,20 +276,10 @@ def tokenizer_stage(config: GUIConfig, workdir: str, trajectories: Sequence[Traj
                     rerun: bool) -> tuple[Tokenizer, str, str]:
     """Stage 3: the tokenizer ``tokenizer.path`` names, or a BPE of the teacher text (the harness's
     system prompt and tool schemas included) with the chat and vision special tokens."""
-    if config.tokenizer.path:
-        return (Tokenizer.from_pretrained(config.tokenizer.path), config.tokenizer.path,
-                fingerprint({"tokenizer": config.tokenizer.path}))
-    stage = Stage(os.path.join(workdir, "tokenizer"), "tokenizer", config.tokenizer, {"teacher": teacher})
-    if stage.open(rerun) != "done":
-        texts = [SYSTEM_PROMPT, json.dumps(TOOLS, ensure_ascii=False)]
-        for trajectory in trajectories:
-            for message in trajectory.messages:
-                texts += [message.content or "", message.reasoning or ""]
-                texts += [json.dumps({"name": c.name, "arguments": c.arguments}) for c in message.tool_calls]
-        Tokenizer.train(texts, config.tokenizer.train_vocab, special_tokens=SPECIAL_TOKENS).save_pretrained(
-            stage.directory)
-        stage.finish()
-    return Tokenizer.from_pretrained(stage.directory), stage.directory, stage.fingerprint
+    return shared_tokenizer_stage(
+        config, workdir, trajectories, teacher, rerun,
+        texts=lambda kept: [SYSTEM_PROMPT, json.dumps(TOOLS, ensure_ascii=False), *message_texts(kept)],
+        special_tokens=SPECIAL_TOKENS)
 
 
 def fresh_model(config: GUIConfig, tokenizer: Tokenizer) -> Transformer:

@@ -20,6 +20,8 @@ TEMPLATE_MARGIN = 8  # tokens the chat format adds after the last sampled token 
 # the held-out sets as the table names them -> their RecipeResult field: by instance (a new bug in a helper whose
 # sibling bug may have been trained on), by helper (helpers never seen broken in training)
 SPLITS = {"held-out": "held_out", "held-out helpers": "held_out_helpers"}
+MEASURE_LABELS = {"greedy": "resolve rate (greedy)", "sampled": "resolve rate (sampled)", "pass_hat_k": "pass^3",
+                  "pass_at_k": "pass@3", "mean_score": "mean task score"}
 
 
 def check_config(config: ConfigDict) -> list[str]:
@@ -40,7 +42,7 @@ def checked(config: ConfigDict, typed: Callable[[ConfigDict], T], settings: Call
 
 def check_settings(config: SWEConfig) -> list[str]:
     problems = []
-    tasks, teacher, rl, sampler = config.tasks, config.teacher, config.rl, config.rl.sampler
+    tasks, teacher, rl = config.tasks, config.teacher, config.rl
     if not tasks.path and not tasks.sources:
         problems.append("tasks: set tasks.path (instances.jsonl) or tasks.sources")
     if rl.pass_filter.samples and not 0.0 <= rl.pass_filter.low < rl.pass_filter.high <= 1.0:
@@ -58,6 +60,17 @@ def check_settings(config: SWEConfig) -> list[str]:
         problems.append("model: without SFT, RL starts from model.path, which is empty")
     if config.chat_format not in CHAT_FORMATS:
         problems.append(f"chat.format must be one of {tuple(CHAT_FORMATS)}, got {config.chat_format!r}")
+    if config.eval.samples < 1:
+        problems.append("eval.samples (sampled held-out episodes per task) must be at least 1")
+    return problems + rl_problems(config)
+
+
+def rl_problems(config: Any) -> list[str]:
+    """The RL stage's inconsistencies in any recipe config with ``rl``, ``mesh`` and ``env`` blocks:
+    the group sampler, rows and micro-batches, the learner's rows against the rollouts' context, the
+    clip range, the engine, the backend, the step and concurrency counts."""
+    problems: list[str] = []
+    rl, sampler = config.rl, config.rl.sampler
     if sampler.group_size < 2:
         problems.append("rl.sampler.group_size must be at least 2 (GRPO compares rollouts within a group)")
     if sampler.name == "bar":
@@ -89,8 +102,6 @@ def check_settings(config: SWEConfig) -> list[str]:
         problems.append("env.url (the orchestrator of the cluster) is required for the kubernetes backend")
     if rl.num_steps < 1:
         problems.append("rl.num_steps must be at least 1")
-    if config.eval.samples < 1:
-        problems.append("eval.samples (sampled held-out episodes per task) must be at least 1")
     if rl.rollout.concurrency < 1:
         problems.append("rl.rollout.concurrency must be at least 1")
     if rl.updates_per_batch < 1:
@@ -193,7 +204,8 @@ def matrix_passes(summary: dict[str, Any]) -> list[str]:
 
 
 def plot_matrix(summary: dict[str, Any], path: str, pass_: str = "greedy") -> str:
-    """The cross-harness resolve-rate matrix (:mod:`orchard.recipes.cross_harness`) of one pass as a
+    """The cross-harness matrix (:mod:`orchard.recipes.cross_harness`, :mod:`orchard.recipes.claw_cross_harness`)
+    of one pass or measure (``pass_``: greedy or sampled resolve rate, pass_hat_k, pass_at_k) as a
     heat map, arms by rows and evaluation harnesses by columns; returns ``path``."""
     import matplotlib
 
@@ -212,7 +224,7 @@ def plot_matrix(summary: dict[str, Any], path: str, pass_: str = "greedy") -> st
                     color="white" if not math.isnan(value) and value < 0.6 else "black")
     ax.set_xticks(range(len(harnesses)), [f"eval: {h}" for h in harnesses])
     ax.set_yticks(range(len(arms)), [f"SFT: {a}" for a in arms])
-    ax.set_title(f"held-out resolve rate ({pass_})")
+    ax.set_title(f"held-out {MEASURE_LABELS.get(pass_, pass_)}")
     fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

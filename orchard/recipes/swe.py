@@ -48,6 +48,7 @@ and BAR's strides already spend more rollouts on prompts whose groups have no va
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -241,19 +242,34 @@ async def teacher_stage(config: SWEConfig, workdir: str, client: AsyncSandboxCli
     return report.kept, stage.fingerprint
 
 
-def tokenizer_stage(config: SWEConfig, workdir: str, trajectories: Sequence[Trajectory], teacher: str,
-                    rerun: bool) -> tuple[Tokenizer, str, str]:
-    """Stage 3: the tokenizer ``tokenizer.path`` names, or a BPE trained on the teacher text; returns
-    it, where it lives and its fingerprint."""
+def message_texts(trajectories: Sequence[Trajectory]) -> list[str]:
+    """The text of the teacher's trajectories a BPE learns from: each message's content, reasoning and
+    tool calls (as JSON), in order."""
+    texts = []
+    for trajectory in trajectories:
+        for message in trajectory.messages:
+            texts += [message.content or "", message.reasoning or ""]
+            texts += [json.dumps({"name": c.name, "arguments": c.arguments}) for c in message.tool_calls]
+    return texts
+
+
+def tokenizer_stage(config: Any, workdir: str, trajectories: Sequence[Trajectory], teacher: str,
+                    rerun: bool, texts: Callable[[Sequence[Trajectory]], list[str]] | None = None,
+                    special_tokens: Sequence[str] | None = None) -> tuple[Tokenizer, str, str]:
+    """Stage 3: the tokenizer ``config.tokenizer.path`` names, or a BPE of ``config.tokenizer.train_vocab``
+    tokens trained on ``texts(trajectories)`` (default: the messages' contents) with ``special_tokens``
+    (default: :meth:`Tokenizer.train`'s); returns it, where it lives and its fingerprint."""
     if config.tokenizer.path:
         path = resolve(config.tokenizer.path)
         return Tokenizer.from_pretrained(path), path, fingerprint({"tokenizer": config.tokenizer.path})
     stage = Stage(os.path.join(workdir, "tokenizer"), "tokenizer", config.tokenizer, {"teacher": teacher})
     if stage.open(rerun) != "done":
-        texts = [m.content for t in trajectories for m in t.messages if m.content]
-        if not texts:
+        corpus = (texts(trajectories) if texts is not None
+                  else [m.content for t in trajectories for m in t.messages if m.content])
+        if not any(corpus):
             raise ValueError("no teacher text to train a tokenizer on: set tokenizer.path or collect trajectories")
-        Tokenizer.train(texts, config.tokenizer.train_vocab).save_pretrained(stage.directory)
+        extra = {"special_tokens": special_tokens} if special_tokens is not None else {}
+        Tokenizer.train(corpus, config.tokenizer.train_vocab, **extra).save_pretrained(stage.directory)
         stage.finish()
     return Tokenizer.from_pretrained(stage.directory), stage.directory, stage.fingerprint
 
