@@ -124,6 +124,7 @@ class BashHarness:
     system_prompt: str = SYSTEM_PROMPT
     task_template: str = TASK_TEMPLATE  # fields: task, cwd, timeout, submit
     name: str = "bash"
+    submit_command: str = SUBMIT_COMMAND  # what the prompts say ends the run (its output starts with the sentinel)
     tools: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
@@ -136,18 +137,18 @@ class BashHarness:
 
     def task_prompt(self, task: str) -> str:
         return self.task_template.format(task=task, cwd=self.cwd, timeout=self.command_timeout,
-                                         submit=SUBMIT_COMMAND)
+                                         submit=self.submit_command)
 
     def parse(self, turn: Turn) -> list[ToolCall]:
         if turn.message.tool_calls:
             raise FormatError(FORMAT_ERROR.format(found="a tool call instead (there are no tools here)",
-                                                  submit=SUBMIT_COMMAND))
+                                                  submit=self.submit_command))
         blocks = _BLOCK.findall(turn.message.content)
         if len(blocks) != 1:
-            raise FormatError(FORMAT_ERROR.format(found=f"{len(blocks)}", submit=SUBMIT_COMMAND))
+            raise FormatError(FORMAT_ERROR.format(found=f"{len(blocks)}", submit=self.submit_command))
         command = blocks[0].strip()
         if not command:
-            raise FormatError(FORMAT_ERROR.format(found="an empty one", submit=SUBMIT_COMMAND))
+            raise FormatError(FORMAT_ERROR.format(found="an empty one", submit=self.submit_command))
         return [ToolCall(name="bash", arguments={"command": command})]
 
     async def execute(self, call: ToolCall, sandbox: AsyncSandbox) -> Observation:

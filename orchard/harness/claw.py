@@ -21,6 +21,8 @@ Several calls in one turn run in order. Answers longer than :data:`MAX_ANSWER_CH
 :func:`claw_shell_harness` is the second style, mini-swe-agent's: no tools, one shell command a turn
 (:class:`~orchard.harness.bash.BashHarness`), and the same services reached through the command-line
 tools a Claw task installs in the sandbox, one per tool (``mail_list --folder inbox``).
+:func:`claw_smolagents_harness` is a third, which Orchard does not control: smolagents' ``CodeAgent`` as
+an external process, over the same command-line tools.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from urllib.parse import quote
 
 from orchard.data.trajectory import Message, ToolCall, Trajectory
 from orchard.env.client import AsyncSandbox
+from orchard.harness.adapters.external import ExternalHarness
+from orchard.harness.adapters.smolagents_agent import smolagents_harness
 from orchard.harness.bash import SUBMIT_SENTINEL, BashHarness
 from orchard.harness.core import FormatError, Limits, Observation, Policy, Turn, run_agent
 from orchard.harness.tools import check_arguments, checked_calls, reject_calls
@@ -158,6 +162,7 @@ mail_list --unread true
 
 A response with no bash block, or with more than one, is rejected."""
 
+SHELL_SUBMIT_COMMAND = f'echo {SUBMIT_SENTINEL} && finish --answer "your answer"'
 SHELL_TASK_TEMPLATE = """\
 <task>
 {task}
@@ -174,15 +179,36 @@ Each command runs in a new shell in {cwd} and is killed after {timeout:g} second
 When the task is done, give the user a short answer with this command, alone in its block:
 
 ```bash
-echo {sentinel} && finish --answer "your answer"
+{submit}
 ```
 
 After that you cannot run anything else.
 </instructions>"""
 
 
+EXTERNAL_TASK_TEMPLATE = """\
+You are a personal assistant. The user asks:
+
+{task}
+
+The user's mail, calendar, contacts, to-do list, notifications and documents are reached through shell \
+commands, one per action, run with your bash tool: `claw-tools` lists them and `COMMAND --help` shows a \
+command's options. They print JSON. A command may fail (a rate limit, a server error): read the error, then \
+retry or work around it. Never do what the user did not ask for. When the task is done, run \
+`finish --answer "..."` with a short answer for the user, then end."""
+
+
+def claw_smolagents_harness(max_steps: int = 8, wall_clock_s: float = 600.0,
+                            max_tokens: int | None = None) -> ExternalHarness:
+    """A harness Orchard does not control on Claw tasks: smolagents' ``CodeAgent`` in its own process
+    (:mod:`~orchard.harness.adapters.smolagents_agent`), its ``bash`` tool reaching the services through
+    the tasks' command-line tools, told so by :data:`EXTERNAL_TASK_TEMPLATE`. It submits nothing: the
+    grading reads the services' state, as for every Claw harness."""
+    return smolagents_harness(max_steps, wall_clock_s=wall_clock_s, max_tokens=max_tokens,
+                              task_template=EXTERNAL_TASK_TEMPLATE)
+
+
 def claw_shell_harness(cwd: str = "/workspace", command_timeout: float = 60.0) -> BashHarness:
     """The shell-style Claw harness (see the module docstring): its submission is what ``finish`` printed."""
-    template = SHELL_TASK_TEMPLATE.replace("{sentinel}", SUBMIT_SENTINEL)
     return BashHarness(cwd=cwd, command_timeout=command_timeout, system_prompt=SHELL_SYSTEM_PROMPT,
-                       task_template=template, name="claw-shell")
+                       task_template=SHELL_TASK_TEMPLATE, name="claw-shell", submit_command=SHELL_SUBMIT_COMMAND)

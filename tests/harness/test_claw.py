@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from orchard.harness.claw import MAX_ANSWER_CHARS, claw_shell_harness, http_request_for, tool_answer
-from orchard.harness.core import FormatError
+from orchard.data.trajectory import Message
+from orchard.harness.claw import (
+    MAX_ANSWER_CHARS,
+    claw_shell_harness,
+    claw_smolagents_harness,
+    http_request_for,
+    tool_answer,
+)
+from orchard.harness.core import FormatError, Turn
 
 
 def test_path_parameters_are_filled_and_the_rest_goes_to_the_query_or_the_body():
@@ -33,3 +40,14 @@ def test_the_shell_style_tells_the_model_how_to_finish():
     prompt = harness.task_prompt("Tidy my inbox.")
     assert "Tidy my inbox." in prompt and "claw-tools" in prompt
     assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && finish --answer" in prompt and harness.name == "claw-shell"
+    # A malformed turn is told the same way to finish, not the SWE harness's git submission.
+    with pytest.raises(FormatError) as error:
+        harness.parse(Turn(Message(role="assistant", content="THOUGHT: no block")))
+    assert "finish --answer" in str(error.value) and "git" not in str(error.value)
+
+
+def test_the_third_party_harness_is_told_about_the_command_line_tools():
+    harness = claw_smolagents_harness(max_steps=3, wall_clock_s=30.0)
+    text = harness.task_text("Tidy my inbox.")
+    assert text.startswith("You are a personal assistant") and "Tidy my inbox." in text and "claw-tools" in text
+    assert harness.name == "smolagents" and "3" in harness.command and harness.wall_clock_s == 30.0

@@ -14,8 +14,9 @@ One episode:
    gets, in its environment and in ``{placeholders}`` of its command: ``base_url`` and ``api_key``
    (the session's; also ``OPENAI_BASE_URL``/``OPENAI_API_BASE``/``OPENAI_API_KEY``), ``model``,
    ``orchard_url``, ``orchard_api_key`` and ``sandbox_id`` (where its tools run commands:
-   ``ORCHARD_URL``, ``ORCHARD_API_KEY``, ``ORCHARD_SANDBOX_ID``), ``task_file`` (the prompt, also
-   ``ORCHARD_TASK_FILE``) and ``output_dir`` (``ORCHARD_OUTPUT_DIR``). The whole group is killed
+   ``ORCHARD_URL``, ``ORCHARD_API_KEY``, ``ORCHARD_SANDBOX_ID``), ``task_file`` (the task's prompt
+   in the harness's ``task_template``, also ``ORCHARD_TASK_FILE``) and ``output_dir``
+   (``ORCHARD_OUTPUT_DIR``). The whole group is killed
    when the wall clock runs out or the caller is cancelled;
 4. the session is closed and read back, and the trajectory assembled from its calls
    (:func:`trajectory_from_calls`): every assistant message carries the ids and logprobs the
@@ -71,6 +72,11 @@ class ExternalHarness:
     env: Mapping[str, str] = field(default_factory=dict)
     wall_clock_s: float = 600.0
     model: str = "orchard"  # the name it calls the model by (the proxy puts the upstream's in its place)
+    task_template: str = "{task}"  # what the harness is given as its task; {task} is the task's prompt
+
+    def task_text(self, prompt: str) -> str:
+        """The task file's text: the template with the task's prompt in place of ``{task}``."""
+        return self.task_template.replace("{task}", prompt)
 
     def argv(self, values: Mapping[str, str]) -> list[str]:
         """The command with each ``{name}`` of ``values`` filled in (any other brace is left as it is)."""
@@ -177,7 +183,7 @@ async def run_external_episode(client: AsyncSandboxClient, harness: ExternalHarn
         with tempfile.TemporaryDirectory(prefix=f"orchard-{harness.name}-") as scratch:
             task_file = os.path.join(scratch, "task.txt")
             with open(task_file, "w") as handle:
-                handle.write(task.prompt)
+                handle.write(harness.task_text(task.prompt))
             values = {"base_url": session["base_url"], "api_key": session["api_key"], "model": harness.model,
                       "orchard_url": client.base_url, "orchard_api_key": client.api_key, "sandbox_id": box.id,
                       "task_file": task_file, "output_dir": scratch}

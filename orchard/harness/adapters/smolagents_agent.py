@@ -37,17 +37,17 @@ OUTPUT_CHARS = 8000  # of a command's output shown to the model (its head and ta
 
 
 def smolagents_harness(max_steps: int = 8, submission: Callable[[AsyncSandbox], Awaitable[str]] | None = None,
-                       wall_clock_s: float = 600.0, max_tokens: int | None = None, cwd: str | None = None
-                       ) -> ExternalHarness:
+                       wall_clock_s: float = 600.0, max_tokens: int | None = None, cwd: str | None = None,
+                       task_template: str = "{task}") -> ExternalHarness:
     """smolagents' ``CodeAgent`` run by :mod:`orchard.harness.adapters.external`; its ``bash`` runs in
-    ``cwd`` (default: the sandbox's workdir)."""
+    ``cwd`` (default: the sandbox's workdir); its task is ``task_template`` around the task's prompt."""
     command = [sys.executable, "-m", "orchard.harness.adapters.smolagents_agent", "--task-file", "{task_file}",
                "--max-steps", str(max_steps)]
     if cwd is not None:
         command += ["--cwd", cwd]
     if max_tokens is not None:
         command += ["--max-tokens", str(max_tokens)]
-    return ExternalHarness(HARNESS, command, submission, wall_clock_s=wall_clock_s)
+    return ExternalHarness(HARNESS, command, submission, wall_clock_s=wall_clock_s, task_template=task_template)
 
 
 def _clip(text: str) -> str:

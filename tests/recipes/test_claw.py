@@ -1,0 +1,88 @@
+"""The Claw recipe: its config checks, its dry run, and the main job end to end on the smoke config (the tool
+services in real sandboxes, the teacher through both harnesses, SFT, GRPO, held-out pass^3 in both harnesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from configs.claw_cross_harness import get_config as cross_config
+from configs.claw_grpo import get_config
+from orchard.data.trajectory import read_trajectories
+from orchard.eval.claw_score import claw_table
+from orchard.recipes.claw import PASS_K, STAGES, run, stage_change
+from orchard.recipes.claw_report import check_config, summary_table
+from orchard.recipes.swe import episodes_path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("config", [get_config(v) for v in ("tiny", "smoke", "qwen3_30b_a3b")]
+                         + [cross_config(v) for v in ("tiny", "small")])
+def test_shipped_configs_pass_the_check(config):
+    assert check_config(config) == []
+
+
+def test_the_check_names_each_problem():
+    config = get_config("tiny")
+    config.chat.format = "chatml"
+    config.eval.samples = 2
+    config.harness.rl = "openhands"
+    config.teacher.variants = ("clean", "sloppy")
+    config.rl.seq_len = 1024
+    config.tasks.rl_fraction = 1.0
+    problems = "\n".join(check_config(config))
+    for expected in ("must write tool calls", "eval.samples must be at least 3", "['openhands'] are not Claw harnesses",
+                     "['sloppy'] are not among", "rl.seq_len (1024)", "tasks.rl_fraction must be in [0, 1)"):
+        assert expected in problems, expected
+
+
+def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
+    command = [sys.executable, "experiments/claw_grpo/run.py", "--config=configs/claw_grpo.py:qwen3_30b_a3b",
+               "--dry-run", f"--workdir={tmp_path / 'run'}"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "config OK" in done.stdout and "kind: vllm" in done.stdout and "group_size: 8" in done.stdout
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_the_claw_recipe_end_to_end(orchestrator, tmp_path):
+    config = get_config("smoke")
+    config.env.update({"url": orchestrator.base_url, "api_key": orchestrator.api_key})
+    workdir = str(tmp_path / "claw")
+    result = run(config, workdir)
+    summary = json.loads(Path(workdir, "summary.json").read_text())
+    assert summary == result.to_dict()
+    # 2 tasks a family, half held out: 5 training tasks (SFT's, and RL's prompts at rl_fraction 0), 5 held out.
+    assert result.tasks == {"sft": 5, "rl": 5, "held_out": 5}
+    assert result.teacher["kept"] == 10 and result.teacher["by_harness"] == {"claw": 5, "claw-shell": 5}
+    assert json.loads(Path(workdir, "config.json").read_text())["harness"]["rl"] == "claw"
+    for harness in ("claw", "claw-shell"):
+        assert list(result.held_out[harness]) == list(STAGES)
+        for stage in STAGES:
+            folder = os.path.join(workdir, "eval", f"{stage}_{harness}")
+            episodes = list(read_trajectories(episodes_path(folder)))
+            assert len(episodes) == 5 * config.eval.samples and {t.harness for t in episodes} == {harness}
+            graded = [t for t in episodes if t.outcome.reward is not None]
+            assert graded and all("score" in t.metadata["claw"] for t in graded)  # graded from the services' state
+            metrics = result.held_out[harness][stage]
+            table = claw_table(episodes, PASS_K)
+            assert {k: metrics[k] for k in ("pass_hat_k", "pass_at_k", "mean_score")} == \
+                {k: table[k] for k in ("pass_hat_k", "pass_at_k", "mean_score")}
+            assert 0.0 <= metrics["pass_hat_k"] <= metrics["pass_at_k"] <= 1.0
+        assert result.changes[harness]["rl_vs_sft"] == stage_change(workdir, harness, "sft", "rl")
+        assert set(result.changes[harness]) == {"sft_vs_init", "rl_vs_sft", "rl_vs_init"}
+    assert list(result.rl_metrics) == [1] and -1.0 <= result.rl_metrics[1]["reward"] <= 1.0  # GRPO's one step
+    assert set(result.per_task["claw"]["rl"]) == set(result.per_task["claw"]["init"])
+    assert len(result.per_task["claw"]["rl"]) == 5
+    assert summary_table(result).row_count == 2 * (3 + 3)
+    # A rerun reuses every stage: no episode is run again.
+    stamps = {p: p.stat().st_mtime_ns for p in Path(workdir, "eval").rglob("trajectories.jsonl")}
+    assert run(config, workdir).to_dict()["held_out"] == summary["held_out"]
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
