@@ -49,7 +49,6 @@ from orchard.harness.codeact import CodeActHarness
 from orchard.harness.episode import SetupCache
 from orchard.models.build import ModelSpec, build_model
 from orchard.recipes.swe import (
-    SWEConfig,
     evaluation_stage,
     sft_stage,
     swe_config,
@@ -65,7 +64,6 @@ from orchard.tasks.swe.workspace import REPO_DIR, submission_patch
 from orchard.workdir import write_json
 
 log = logging.getLogger(__name__)
-ARMS = {"bash": ("bash",), "codeact": ("codeact",), "both": ("bash", "codeact")}
 
 
 @dataclass(frozen=True)
@@ -78,25 +76,29 @@ class CrossHarnessConfig:
     third_party_wall_clock_s: float = 300.0
 
 
-def arm_trajectories(trajectories: Sequence[Trajectory], arm: str, seed: int) -> list[Trajectory]:
-    """An arm's share of the teacher trajectories: its harness's, or for ``both``, A's of a seeded
-    half of the tasks and B's of the other half, so every arm gets as many as one harness has."""
-    if arm not in ARMS:
-        raise ValueError(f"unknown arm {arm!r}: one of {sorted(ARMS)}")
+def arm_trajectories(trajectories: Sequence[Trajectory], arm: str, seed: int,
+                     harnesses: tuple[str, str] = ("bash", "codeact")) -> list[Trajectory]:
+    """An arm's share of the teacher trajectories: one harness's (``arm`` is its name), or for ``both``,
+    the first harness's of a seeded half of the tasks and the second's of the other half, so every arm
+    gets as many as one harness has."""
+    if arm not in (*harnesses, "both"):
+        raise ValueError(f"unknown arm {arm!r}: one of {sorted((*harnesses, 'both'))}")
     if arm != "both":
         return [t for t in trajectories if t.harness == arm]
     tasks = sorted({t.task_id for t in trajectories})
     random.Random(seed).shuffle(tasks)
     first = set(tasks[: len(tasks) // 2])
-    return [t for t in trajectories if (t.harness == "bash") == (t.task_id in first)]
+    return [t for t in trajectories if t.harness in harnesses and (t.harness == harnesses[0]) == (t.task_id in first)]
 
 
 @contextlib.asynccontextmanager
-async def third_party_runner(settings: SWEConfig, cross: CrossHarnessConfig, model_dir: str, records: str,
-                             client: AsyncSandboxClient, setups: SetupCache, harness: ExternalHarness,
+async def third_party_runner(settings: Any, cross: Any, model_dir: str, records: str,
+                             client: AsyncSandboxClient, setups: SetupCache | None, harness: ExternalHarness,
                              temperature: float) -> AsyncIterator[ExternalRunner]:
     """An :class:`ExternalRunner` of ``harness`` over the policy in ``model_dir``, which ``orchard
-    serve`` and the recording proxy serve from this process while the block runs."""
+    serve`` and the recording proxy serve from this process while the block runs. ``settings`` is a
+    recipe's typed config (its ``chat_format``, ``model.dtype`` and ``rl.rollout.max_new_tokens`` are
+    used), ``cross`` its cross-harness block (``third_party_concurrency`` and ``third_party_wall_clock_s``)."""
     server = ModelServer(model_dir, name="policy", chat_format=settings.chat_format, dtype=settings.model.dtype)
     try:
         with serve_app(create_app(server)) as model_url, \
@@ -113,11 +115,13 @@ async def third_party_runner(settings: SWEConfig, cross: CrossHarnessConfig, mod
         server.engine.close()
 
 
-def matrix_summary(matrix: dict[str, dict[str, dict[str, dict[str, float]]]]) -> dict[str, Any]:
-    """The resolve-rate matrix (arm -> harness -> pass -> rate) and, per pass, each single-harness
-    arm's drop from its own harness to the other one, as the paper's table reports it."""
+def matrix_summary(matrix: dict[str, dict[str, dict[str, float]]],
+                   harnesses: tuple[str, str] = ("bash", "codeact")) -> dict[str, Any]:
+    """The matrix (arm -> harness -> measure -> value: a pass's resolve rate, or pass^k and pass@k) and,
+    per measure, each single-harness arm's drop from its own harness to the other one, as the paper's
+    table reports it."""
     drops: dict[str, dict[str, float]] = {}
-    for own, other in (("bash", "codeact"), ("codeact", "bash")):
+    for own, other in (harnesses, harnesses[::-1]):
         for pass_ in matrix.get(own, {}).get(own, {}):
             if other in matrix.get(own, {}) and pass_ in matrix[own][other]:
                 drops.setdefault(pass_, {})[own] = matrix[own][own][pass_] - matrix[own][other][pass_]

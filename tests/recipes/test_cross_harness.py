@@ -1,4 +1,4 @@
-"""The cross-harness recipe's pieces: each arm's share of the teacher data, and the matrix's drops.
+"""The cross-harness recipes' pieces: each arm's share of the teacher data, and the matrix's drops.
 (The recipe end to end, at its small setting, is what CI runs in notebooks/cross_harness.ipynb.)"""
 
 from __future__ import annotations
@@ -34,3 +34,16 @@ def test_the_summary_reports_each_single_harness_arms_drop():
     summary = matrix_summary(matrix)
     assert summary["matrix"] is matrix
     assert summary["in_to_cross_harness_drop"] == {"greedy": {"bash": pytest.approx(0.4), "codeact": pytest.approx(0.2)}}
+
+
+def test_any_pair_of_harnesses_makes_the_arms():
+    teacher = [t.model_copy(update={"harness": {"bash": "claw", "codeact": "claw-shell"}[t.harness]})
+               for t in _teacher(6)]
+    pair = ("claw", "claw-shell")
+    both = arm_trajectories(teacher, "both", seed=0, harnesses=pair)
+    assert len(both) == len(arm_trajectories(teacher, "claw", seed=0, harnesses=pair)) == 12
+    assert {t.harness for t in both} == set(pair)
+    with pytest.raises(ValueError, match="unknown arm"):
+        arm_trajectories(teacher, "bash", seed=0, harnesses=pair)
+    matrix = {"claw": {"claw": {"pass_hat_k": 0.3}, "claw-shell": {"pass_hat_k": 0.1}}}
+    assert matrix_summary(matrix, pair)["in_to_cross_harness_drop"] == {"pass_hat_k": {"claw": pytest.approx(0.2)}}
