@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from absl import app
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # configs/ imports
 from orchard.recipes.claw_cross_harness import run
 from orchard.recipes.claw_report import check_config
 from orchard.recipes.cli import define_recipe_flags, recipe_main
