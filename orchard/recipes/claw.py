@@ -61,14 +61,11 @@ from orchard.harness.claw import ClawHarness, claw_shell_harness
 from orchard.harness.core import Harness
 from orchard.harness.episode import EpisodeRunner, SandboxPool
 from orchard.models.build import ModelSpec, build_model
-from orchard.models.sharding import MeshConfig
 from orchard.models.shipped import resolve
 from orchard.models.transformer import Transformer
 from orchard.recipes.swe import (
     Clock,
-    EnvConfig,
-    EvalConfig,
-    TokenizerConfig,
+    SharedStages,
     episodes_path,
     message_texts,
     sft_stage,
@@ -82,8 +79,7 @@ from orchard.tasks.claw.oracle import VARIANTS, plan_teacher
 from orchard.tasks.claw.task import ClawTask
 from orchard.tasks.swe.sft_data import ExamplesConfig
 from orchard.train.metrics import read_metrics
-from orchard.train.rl import RLConfig, make_policy, train_rl
-from orchard.train.sft import SFTConfig
+from orchard.train.rl import make_policy, train_rl
 from orchard.workdir import Stage, made_by, read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -124,22 +120,13 @@ class ClawHarnessConfig:
 
 
 @dataclass(frozen=True)
-class ClawConfig:
+class ClawConfig(SharedStages):
     """The recipe's typed stage configs, checked when the recipe starts (:func:`claw_config`)."""
 
-    seed: int
     tasks: ClawTasksConfig
     teacher: ClawTeacherConfig
     harness: ClawHarnessConfig
-    tokenizer: TokenizerConfig
-    chat_format: str
-    model: ModelSpec
-    mesh: MeshConfig
     examples: ExamplesConfig
-    sft: SFTConfig
-    rl: RLConfig
-    eval: EvalConfig
-    env: EnvConfig
 
 
 def claw_config(config: ConfigDict) -> ClawConfig:
@@ -235,6 +222,27 @@ async def teacher_stage(config: ClawConfig, workdir: str, client: AsyncSandboxCl
     return collection.kept, summary, stage.fingerprint
 
 
+@dataclass
+class Teaching:
+    """What the teacher stage and the tokenizer stage made: the episodes and the tokenizer, with their fingerprints."""
+
+    trajectories: list[Trajectory]
+    summary: dict[str, Any]
+    made_by: str
+    tokenizer: Tokenizer
+    tokenizer_dir: str
+    tokenizer_made_by: str
+
+
+async def teaching(config: ClawConfig, workdir: str, client: AsyncSandboxClient, pool: SandboxPool | None,
+                   split: ClawSplit, tasks_made_by: str, rerun: bool) -> Teaching:
+    """Stages 2 and 3: the teacher's episodes (:func:`teacher_stage`) and the tokenizer over their text."""
+    trajectories, summary, made_by = await teacher_stage(config, workdir, client, pool, split, tasks_made_by, rerun)
+    tokenizer, directory, tokenizer_made_by = tokenizer_stage(config, workdir, trajectories, made_by, rerun,
+                                                              texts=teacher_texts)
+    return Teaching(trajectories, summary, made_by, tokenizer, directory, tokenizer_made_by)
+
+
 def teacher_texts(trajectories: Sequence[Trajectory]) -> list[str]:
     """What the BPE learns from: the messages (system prompts, tool answers and calls included) and
     every distinct tool schema the policy is offered, as the chat template writes them."""
@@ -301,11 +309,9 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
         client = endpoint.async_client()
         pool = SandboxPool(settings.harness.pool) if settings.harness.pool else None
         try:
-            trajectories, teacher, teacher_made_by = await teacher_stage(settings, workdir, client, pool, split,
-                                                                         tasks_made_by, rerun)
+            taught = await teaching(settings, workdir, client, pool, split, tasks_made_by, rerun)
+            tokenizer = taught.tokenizer
             clock.lap("collect")
-            tokenizer, tokenizer_dir, tokenizer_made_by = tokenizer_stage(settings, workdir, trajectories,
-                                                                          teacher_made_by, rerun, texts=teacher_texts)
 
             async def evaluate(name: str, model: Transformer, made_by: str) -> None:
                 for harness in settings.harness.eval:
@@ -318,21 +324,22 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                 return build_model(spec, settings.seed)
 
             initial = build_model(settings.model, settings.seed, tokenizer.vocab_size)
-            await evaluate("init", initial, fingerprint({"model": settings.model, "tokenizer": tokenizer_made_by,
+            await evaluate("init", initial, fingerprint({"model": settings.model, "tokenizer": taught.tokenizer_made_by,
                                                          "seed": settings.seed}))
             del initial
             clock.lap("evaluate")
             policy_dir, policy_made_by = resolve(settings.model.path), fingerprint({"model": settings.model.path})
             if settings.sft.num_steps:
-                policy_dir, policy_made_by = sft_stage(settings, workdir, trajectories, tokenizer, tokenizer_dir,
-                                                       {"teacher": teacher_made_by, "tokenizer": tokenizer_made_by},
+                policy_dir, policy_made_by = sft_stage(settings, workdir, taught.trajectories, tokenizer,
+                                                       taught.tokenizer_dir, {"teacher": taught.made_by,
+                                                                              "tokenizer": taught.tokenizer_made_by},
                                                        rerun)
                 clock.lap("sft")
                 await evaluate("sft", policy_model(policy_dir), policy_made_by)
                 clock.lap("evaluate")
             rl_dir = os.path.join(workdir, "rl")
             await train_rl(settings.rl, rl_dir, client, split.rl, make_harness(settings.harness.rl), policy=policy_dir,
-                           tokenizer=tokenizer_dir, inputs={"policy": policy_made_by, "tasks": tasks_made_by,
+                           tokenizer=taught.tokenizer_dir, inputs={"policy": policy_made_by, "tasks": tasks_made_by,
                                                             "rl_tasks": _ids(split.rl)}, rerun=rerun, pool=pool)
             clock.lap("rl")
             await evaluate("rl", policy_model(os.path.join(rl_dir, "model")), made_by(rl_dir))
@@ -347,7 +354,7 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                          for before, after in pairs} for harness in settings.harness.eval}
     per_task = {h: {s: metrics.pop("per_task") for s, metrics in by_stage.items()} for h, by_stage in held.items()}
     result = ClawResult(held_out=held, changes=changes, rl_metrics=read_metrics(rl_dir), tasks=split.counts(),
-                        teacher=teacher, seconds=clock.seconds, rl_harness=settings.harness.rl, per_task=per_task)
+                        teacher=taught.summary, seconds=clock.seconds, rl_harness=settings.harness.rl, per_task=per_task)
     write_json(os.path.join(workdir, "summary.json"), result.to_dict())
     return result
 

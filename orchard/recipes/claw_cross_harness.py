@@ -41,15 +41,9 @@ from orchard.env import orchestrator
 from orchard.harness.claw import claw_smolagents_harness
 from orchard.harness.episode import SandboxPool
 from orchard.models.build import ModelSpec, build_model
-from orchard.recipes.claw import (
-    claw_config,
-    evaluation_stage,
-    tasks_stage,
-    teacher_stage,
-    teacher_texts,
-)
+from orchard.recipes.claw import claw_config, evaluation_stage, tasks_stage, teaching
 from orchard.recipes.cross_harness import arm_trajectories, matrix_summary, third_party_runner
-from orchard.recipes.swe import sft_stage, tokenizer_stage
+from orchard.recipes.swe import sft_stage
 from orchard.workdir import write_json
 
 log = logging.getLogger(__name__)
@@ -82,22 +76,19 @@ async def run_claw_cross_harness(config: ConfigDict, workdir: str, *, rerun: boo
         client = endpoint.async_client()
         pool = SandboxPool(settings.harness.pool) if settings.harness.pool else None
         try:
-            trajectories, teacher, teacher_made_by = await teacher_stage(settings, workdir, client, pool, split,
-                                                                         tasks_made_by, rerun)
-            tokenizer, tokenizer_dir, tokenizer_made_by = tokenizer_stage(settings, workdir, trajectories,
-                                                                          teacher_made_by, rerun, texts=teacher_texts)
+            taught = await teaching(settings, workdir, client, pool, split, tasks_made_by, rerun)
             for arm in cross.arms:
                 arm_dir = os.path.join(workdir, "arms", arm)
-                share = arm_trajectories(trajectories, arm, settings.seed, HARNESS_PAIR)
+                share = arm_trajectories(taught.trajectories, arm, settings.seed, HARNESS_PAIR)
                 log.info("arm %s: SFT on %d teacher episodes", arm, len(share))
-                model_dir, made_by = sft_stage(settings, arm_dir, share, tokenizer, tokenizer_dir,
-                                               {"teacher": teacher_made_by, "tokenizer": tokenizer_made_by,
+                model_dir, made_by = sft_stage(settings, arm_dir, share, taught.tokenizer, taught.tokenizer_dir,
+                                               {"teacher": taught.made_by, "tokenizer": taught.tokenizer_made_by,
                                                 "arm": arm}, rerun)
                 model = build_model(ModelSpec(path=model_dir, dtype=settings.model.dtype,
                                               param_dtype=settings.model.param_dtype), settings.seed)
                 inputs = {"policy": made_by, "tasks": tasks_made_by}
                 results = {harness: await evaluation_stage(settings, arm_dir, client, pool, "sft", harness, model,
-                                                           tokenizer, split.held_out, inputs, rerun)
+                                                           taught.tokenizer, split.held_out, inputs, rerun)
                            for harness in settings.harness.eval}
 
                 def external(temperature: float, model_dir: str = model_dir, arm_dir: str = arm_dir):
@@ -113,7 +104,7 @@ async def run_claw_cross_harness(config: ConfigDict, workdir: str, *, rerun: boo
             if pool is not None:
                 await pool.close()
             await client.aclose()
-    summary = {**matrix_summary(matrix, HARNESS_PAIR), "tasks": split.counts(), "teacher": teacher}
+    summary = {**matrix_summary(matrix, HARNESS_PAIR), "tasks": split.counts(), "teacher": taught.summary}
     summary["in_to_cross_harness_drop"].pop("safety_violations", None)  # a count, not a rate that drops
     write_json(os.path.join(workdir, "summary.json"), summary)
     return summary

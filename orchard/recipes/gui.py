@@ -63,15 +63,12 @@ from orchard.harness.chromium import BrowserSettings
 from orchard.harness.core import Limits
 from orchard.harness.episode import EpisodeRunner, SandboxPool
 from orchard.models.build import ModelSpec, build_model
-from orchard.models.sharding import MeshConfig
 from orchard.models.shipped import resolve
 from orchard.models.transformer import Transformer
 from orchard.models.weights import save_pretrained
 from orchard.recipes.swe import (
     Clock,
-    EnvConfig,
-    EvalConfig,
-    TokenizerConfig,
+    SharedStages,
     episodes_path,
     message_texts,
     sampled_change,
@@ -82,8 +79,8 @@ from orchard.rollout.jax_engine import JaxEngine, model_chat_format
 from orchard.tasks.gui.collect import collect, gui_splits, loop_seconds
 from orchard.tasks.gui.miniwob import CATALOGUE, FAMILY, MiniWoBTask, build_instances
 from orchard.train.metrics import read_metrics
-from orchard.train.rl import RLConfig, make_policy, train_rl
-from orchard.train.sft import SFTConfig, train_and_evaluate
+from orchard.train.rl import make_policy, train_rl
+from orchard.train.sft import train_and_evaluate
 from orchard.workdir import Stage, made_by, read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -126,22 +123,13 @@ class GUIExamplesConfig:
 
 
 @dataclass(frozen=True)
-class GUIConfig:
+class GUIConfig(SharedStages):
     """The recipe's typed stage configs, checked when the recipe starts (:func:`gui_config`)."""
 
-    seed: int
     tasks: GUITasksConfig
     teacher: GUITeacherConfig
     harness: GUIHarnessConfig
-    tokenizer: TokenizerConfig
-    chat_format: str
-    model: ModelSpec
-    mesh: MeshConfig
     examples: GUIExamplesConfig
-    sft: SFTConfig
-    rl: RLConfig
-    eval: EvalConfig
-    env: EnvConfig
 
 
 def gui_config(config: ConfigDict) -> GUIConfig:

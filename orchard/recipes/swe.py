@@ -115,21 +115,28 @@ class EnvConfig:
 
 
 @dataclass(frozen=True)
-class SWEConfig:
-    """The recipe's typed stage configs, each checked when the recipe starts (:func:`swe_config`)."""
+class SharedStages:
+    """The typed stage configs every recipe config holds (:func:`shared_stages`); each recipe's config
+    adds its own (its tasks, teacher, examples...)."""
 
     seed: int
-    tasks: TaskSetConfig
-    teacher: CollectionConfig
     tokenizer: TokenizerConfig
     chat_format: str
     model: ModelSpec
     mesh: MeshConfig
-    examples: ExamplesConfig
     sft: SFTConfig
     rl: RLConfig
     eval: EvalConfig
     env: EnvConfig
+
+
+@dataclass(frozen=True)
+class SWEConfig(SharedStages):
+    """The recipe's typed stage configs, each checked when the recipe starts (:func:`swe_config`)."""
+
+    tasks: TaskSetConfig
+    teacher: CollectionConfig
+    examples: ExamplesConfig
 
 
 def shared_stages(config: ConfigDict) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
