@@ -101,41 +101,56 @@ def _hf_tensors(path: tuple, value: np.ndarray, cfg: ModelConfig) -> Iterator[tu
     yield name, np.ascontiguousarray(value.T if leaf == "kernel" else value)
 
 
-def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 30) -> None:
+def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 30, dtype: str | None = None) -> None:
     """Write ``config.json`` and safetensors (sharded with an index past ``max_shard_bytes``).
 
-    The layout is the one transformers and vLLM read, so a trained checkpoint can be served. Each
-    parameter is gathered to host memory one at a time.
+    The layout is the one transformers and vLLM read, so a trained checkpoint can be served.
+    ``dtype`` (``"bfloat16"``, ``"float16"``, ...) casts every tensor and the config's
+    ``torch_dtype``: a server loads the checkpoint in the dtype it serves, not the trainer's fp32.
+    Each parameter is gathered to host memory one at a time and each shard is written once it is
+    full, so the host holds at most one shard.
     """
     from safetensors.numpy import save_file
 
     os.makedirs(path, exist_ok=True)
+    hf = model.hf_config()
+    if dtype is not None:
+        hf["torch_dtype"] = dtype
     with open(os.path.join(path, "config.json"), "w") as handle:
-        json.dump(model.hf_config(), handle, indent=2)
+        json.dump(hf, handle, indent=2)
     if isinstance(model, VisionLanguageModel):  # its image processor's settings go with it
         with open(os.path.join(path, "preprocessor_config.json"), "w") as handle:
             json.dump(model.config.processing.to_hf(model.config.vision), handle, indent=2)
-    shards: list[dict[str, np.ndarray]] = [{}]
-    size = 0
+    cast = None if dtype is None else jnp.dtype(dtype)
+    written: list[tuple[str, list[str]]] = []  # (file written, its tensors): named once their count is known
+    shard: dict[str, np.ndarray] = {}
+    size = total = 0
+
+    def flush() -> None:
+        filename = f".shard-{len(written) + 1:05d}.safetensors"
+        save_file(shard, os.path.join(path, filename), metadata={"format": "pt"})
+        written.append((filename, list(shard)))
+
     for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         value = np.asarray(jax.device_get(variable.get_value()))
-        for name, tensor in _hf_tensors(param_path, value, model.cfg):
-            if size + tensor.nbytes > max_shard_bytes and shards[-1]:
-                shards.append({})
-                size = 0
-            shards[-1][name] = tensor
+        for name, tensor in _hf_tensors(param_path, value if cast is None else value.astype(cast), model.cfg):
+            if size + tensor.nbytes > max_shard_bytes and shard:
+                flush()
+                shard, size = {}, 0
+            shard[name] = tensor
             size += tensor.nbytes
-    if len(shards) == 1:
-        save_file(shards[0], os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+            total += tensor.nbytes
+    flush()
+    if len(written) == 1:
+        os.replace(os.path.join(path, written[0][0]), os.path.join(path, "model.safetensors"))
         return
     weight_map = {}
-    for i, shard in enumerate(shards, start=1):
-        filename = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, os.path.join(path, filename), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(shard, filename))
+    for i, (temporary, names) in enumerate(written, start=1):
+        filename = f"model-{i:05d}-of-{len(written):05d}.safetensors"
+        os.replace(os.path.join(path, temporary), os.path.join(path, filename))
+        weight_map.update(dict.fromkeys(names, filename))
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as handle:
-        json.dump({"metadata": {"total_size": sum(t.nbytes for s in shards for t in s.values())},
-                   "weight_map": weight_map}, handle, indent=2)
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, handle, indent=2)
 
 
 @dataclass
@@ -155,5 +170,5 @@ class ModelWeights:
         graphdef, params = nnx.split(model, nnx.Param)
         return cls(graphdef, params, version)
 
-    def save_pretrained(self, directory: str) -> None:
-        save_pretrained(nnx.merge(self.graphdef, self.params), directory)
+    def save_pretrained(self, directory: str, dtype: str | None = None) -> None:
+        save_pretrained(nnx.merge(self.graphdef, self.params), directory, dtype=dtype)

@@ -10,8 +10,11 @@ retry the same way:
 * otherwise the wait is "full jitter" exponential backoff: uniform in
   ``[0, min(max_delay, base_delay * 2**attempt)]``, so many rollouts that failed together do not
   retry together;
-* any other error status, or a reply that is not JSON, raises :class:`OpenAIError` at once, with
-  the status and the start of the body.
+* any other error status raises :class:`OpenAIError` at once, with the status and the server's
+  message, read from any of the error bodies vLLM answers with (:func:`_error_detail`);
+* a success whose body is empty or not JSON is a success with no content (``None``): vLLM's
+  control routes (``/reset_prefix_cache``, ``/collective_rpc``, ``/sleep`` ...) answer so in some
+  versions (``Response(status_code=200)``), and a caller that needs content finds none.
 
 The client has a sync face (:meth:`OpenAIClient.post`, used from worker threads) and an async one
 (:meth:`OpenAIClient.apost`, :meth:`~OpenAIClient.aget` and, for server-sent events,
@@ -234,7 +237,7 @@ class OpenAIClient:
             else:
                 reply = _Reply(response.status_code, response.headers, response.content)
                 if (wait := self._retry_status(path, reply, attempt)) is None:
-                    return _decode(path, reply)
+                    return _decode("POST", self.url(path), reply)
             time.sleep(wait)
             attempt += 1
 
@@ -256,7 +259,7 @@ class OpenAIClient:
                 wait = self._retry_transport(path, exc, attempt)
             else:
                 if (wait := self._retry_status(path, reply, attempt)) is None:
-                    return _decode(path, reply)
+                    return _decode(method, self.url(path), reply)
             await asyncio.sleep(wait)
             attempt += 1
 
@@ -273,7 +276,7 @@ class OpenAIClient:
                 async with self._async.stream(self.url(path), data, self._json_headers) as (head, chunks):
                     if (wait := self._retry_status(path, head, attempt)) is None:
                         if head.is_error:
-                            _decode(path, head)
+                            _decode("POST", self.url(path), head)
                         async for line in _lines(chunks):
                             if not line.startswith("data:"):
                                 continue
@@ -301,7 +304,7 @@ class OpenAIClient:
             return None
         if attempt >= self.retry.max_retries:
             raise OpenAIError(f"POST {self.url(path)} answered {response.status_code} after {attempt + 1} "
-                              f"attempts: {response.text[:500]}", response.status_code)
+                              f"attempts: {_error_detail(response)}", response.status_code)
         return self.retry.delay(attempt, response.headers.get("retry-after"))
 
     def close(self) -> None:
@@ -314,13 +317,32 @@ class OpenAIClient:
         await self._async.aclose()
 
 
-def _decode(path: str, response: _Reply) -> Any:
+def _error_detail(response: _Reply) -> str:
+    """What an error reply says, in any of vLLM's error bodies, else the start of the body.
+
+    Recent vLLM answers ``{"error": {"message", "type", "param", "code"}}`` (0.34.0: ``ErrorResponse``
+    in ``vllm/entrypoints/serve/engine/protocol.py``), older vLLM the flat ``{"object": "error",
+    "message", "type", "param", "code"}`` (``vllm/entrypoints/openai/protocol.py``), and the RL routes
+    ``/pause`` and ``/resume`` ``{"error": "<text>"}`` (``vllm/entrypoints/rl/online/api_router.py``).
+    """
+    try:
+        body = json.loads(response.content)
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, str):
+        return error[:500]
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return f"{error.get('type') or 'error'}: {error['message'][:500]}"
+    return response.text[:500]
+
+
+def _decode(method: str, url: str, response: _Reply) -> Any:
+    """A final reply's content: its JSON, ``None`` for a success that carries none, or :class:`OpenAIError`."""
     if response.is_error:
-        raise OpenAIError(f"POST {path} answered {response.status_code}: {response.text[:500]}", response.status_code)
-    if not response.content:
-        return None  # vLLM's /reset_prefix_cache answers an empty 200
+        raise OpenAIError(f"{method} {url} answered {response.status_code}: {_error_detail(response)}",
+                          response.status_code)
     try:
         return json.loads(response.content)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise OpenAIError(f"POST {path} answered {response.status_code} with a body that is not JSON: "
-                          f"{response.text[:200]!r}", response.status_code) from exc
+    except (ValueError, UnicodeDecodeError):
+        return None  # an empty 200 or plain text: vLLM's control routes answer so

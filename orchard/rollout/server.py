@@ -2,10 +2,14 @@
 
 Routes: ``GET /v1/models``, ``POST /v1/chat/completions`` (tools with ``tool_choice`` auto or none,
 reasoning split into ``reasoning_content`` as vLLM does, streaming, logprobs),
-``POST /v1/completions`` (text or token-id prompts), ``GET /health``, and the two routes of the
-weight-reload hook that vLLM also serves in dev mode: ``POST /collective_rpc`` with
-``{"method": "reload_weights"}`` re-reads the weights from the model directory, and
-``POST /reset_prefix_cache`` (Orchard keeps no prefix cache, so there is nothing to drop).
+``POST /v1/completions`` (text or token-id prompts), ``GET /health``, and the weight-update routes
+vLLM serves in dev mode (see :mod:`orchard.rollout.openai_engine` for vLLM's files), answered as
+vLLM 0.34 answers them: ``POST /collective_rpc`` with ``{"method": "reload_weights"}`` re-reads the
+weights, from ``{"kwargs": {"weights_path": dir}}`` when given (later reloads then read ``dir`` too),
+else from where the last reload read (``{"results": [null]}``); ``POST /pause`` refuses new
+generation requests with a 503 until ``POST /resume`` (requests in flight finish, whatever the
+``mode``: vLLM's ``wait``), ``GET /is_paused``; and ``POST /reset_prefix_cache``
+(``{"success": true}``: Orchard keeps no prefix cache, so there is nothing to drop).
 
 Concurrent requests share decode steps: they join the engine's running batch at step boundaries
 and leave it when they finish (:mod:`orchard.rollout.batching`, ``--max-batch-rows``, 32 by default).
@@ -72,6 +76,8 @@ class ModelServer:
         self.tokenizer = Tokenizer.from_pretrained(path)
         self.engine = JaxEngine(from_pretrained(path, **overrides), self.tokenizer, max_batch_rows, chunk_steps)
         self.lock = asyncio.Lock()
+        self.weights_path = path  # where a reload reads the weights (vLLM's, too, moves with weights_path)
+        self.paused = False  # POST /pause: new generation requests are refused until /resume
         self.created = int(time.time())
         ends = [self.tokenizer.eos_id, self.tokenizer.backend.token_to_id("<|endoftext|>")]
         self.end_ids = tuple(sorted({i for i in ends if i is not None}))
@@ -128,9 +134,17 @@ class ModelServer:
         """The engine's version of its weights (``None`` for an engine that keeps none)."""
         return getattr(self.engine, "weight_version", None)
 
-    def reload_weights(self) -> None:
+    def reload_weights(self, weights_path: str | None = None) -> None:
+        """Serve the weights in ``weights_path`` (else where the last reload read), as the next version."""
+        path = weights_path or self.weights_path
         version = self.engine.weight_version + 1
-        self.engine.update_weights(ModelWeights.of(from_pretrained(self.path, **self.overrides), version))
+        self.engine.update_weights(ModelWeights.of(from_pretrained(path, **self.overrides), version))
+        self.weights_path = path
+
+    def check_open(self) -> None:
+        if self.paused:
+            raise APIError("generation is paused for a weight update; retry after POST /resume", 503,
+                           "ServiceUnavailableError")
 
     def sampling(self, request: ChatRequest | CompletionRequest, max_tokens: int) -> SamplingParams:
         try:
@@ -249,21 +263,39 @@ def create_app(server: ModelServer) -> FastAPI:
     async def collective_rpc(body: dict[str, Any]) -> dict:
         if body.get("method") != "reload_weights":
             raise APIError(f"unsupported method {body.get('method')!r}; only 'reload_weights'")
+        kwargs = body.get("kwargs") or {}
+        if not isinstance(kwargs, dict) or set(kwargs) - {"weights_path"}:
+            raise APIError(f"reload_weights takes only weights_path here, not {kwargs!r}")
         async with server.lock:
             started = time.perf_counter()
             try:
-                await asyncio.to_thread(server.reload_weights)
+                await asyncio.to_thread(server.reload_weights, kwargs.get("weights_path"))
             except (OSError, ValueError, KeyError) as exc:
                 raise APIError(f"reload failed: {exc}", 500, "server_error") from exc
-        log.info("reloaded weights from %s in %.2f s", server.path, time.perf_counter() - started)
+        log.info("reloaded weights from %s in %.2f s", server.weights_path, time.perf_counter() - started)
         return {"results": [None]}
+
+    @app.post("/pause")
+    async def pause() -> dict:
+        server.paused = True
+        return {"status": "paused"}
+
+    @app.post("/resume")
+    async def resume() -> dict:
+        server.paused = False
+        return {"status": "resumed"}
+
+    @app.get("/is_paused")
+    async def is_paused() -> dict:
+        return {"is_paused": server.paused}
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache() -> dict:
-        return {"status": "ok"}
+        return {"success": True}
 
     @app.post("/v1/chat/completions")
     async def chat(request: ChatRequest):
+        server.check_open()
         server.check_model(request.model)
         thinking = (request.chat_template_kwargs or {}).get("enable_thinking", True)
         tools = request.tools if request.tool_choice != "none" else None
@@ -304,6 +336,7 @@ def create_app(server: ModelServer) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: CompletionRequest):
+        server.check_open()
         server.check_model(request.model)
         prompts = _prompt_ids(server.tokenizer, request.prompt)
         sampling = server.sampling(request, request.max_tokens)

@@ -69,6 +69,7 @@ class Weights(Protocol):
         """The parameters as a pytree of arrays, for an engine in the trainer's own process."""
         ...
 
-    def save_pretrained(self, directory: str) -> None:
-        """Write ``config.json`` and safetensors into ``directory``, for an engine that reloads them."""
+    def save_pretrained(self, directory: str, dtype: str | None = None) -> None:
+        """Write ``config.json`` and safetensors into ``directory``, for an engine that reloads them, cast
+        to ``dtype`` (the dtype the engine serves, e.g. ``"bfloat16"``; ``None``: the parameters' own)."""
         ...

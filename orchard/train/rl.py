@@ -87,8 +87,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EngineConfig:
     """The rollout engine: ``jax`` (in process, over the learner's own parameters) or ``vllm`` /
-    ``openai`` (a server at ``url`` serving ``served_model``, whose weights are synced by writing
-    safetensors to ``weights_dir``, the directory it serves, and asking it to reload)."""
+    ``openai`` (a server at ``url``, or replicas at comma-separated URLs, serving ``served_model`` from
+    ``weights_dir``, whose weights are
+    synced by writing each update as ``<weights_dir>/v<version>`` and asking it to reload from there;
+    see :class:`~orchard.rollout.openai_engine.ReloadFromDisk`)."""
 
     kind: str = "jax"
     url: str = ""
@@ -363,7 +365,8 @@ def make_engine(config: EngineConfig, model: Any, tokenizer: Tokenizer) -> Rollo
     if config.kind == "jax":
         return JaxEngine(model, tokenizer)
     if config.kind in ("vllm", "openai"):
-        return OpenAIEngine(config.url, config.served_model, api_key=config.api_key,
+        replicas = [url.strip() for url in config.url.split(",") if url.strip()]
+        return OpenAIEngine(replicas, config.served_model, api_key=config.api_key,
                             weight_sync=ReloadFromDisk(config.weights_dir))
     raise ValueError(f"unknown rollout engine {config.kind!r}: jax, vllm or openai")
 

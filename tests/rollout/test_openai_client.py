@@ -74,13 +74,12 @@ def test_429_and_5xx_are_retried_and_retry_after_is_obeyed(scripted):
 
 
 def test_what_is_not_worth_retrying_fails_at_once_with_the_status(scripted):
-    server = scripted((400, {}, b'{"error": "bad request"}'), (200, {}, b"not json"), (200, {}, b""))
+    server = scripted((400, {}, b'{"error": "bad request"}'), (200, {}, b"OK"), (200, {}, b""))
     client = OpenAIClient(server.url, retry=FAST)
-    with pytest.raises(OpenAIError, match="answered 400") as bad:
+    with pytest.raises(OpenAIError, match="answered 400: bad request") as bad:
         client.post("/v1/completions", {})
     assert bad.value.status == 400 and len(server.paths) == 1
-    with pytest.raises(OpenAIError, match="not JSON"):
-        client.post("/v1/completions", {})
+    assert client.post("/collective_rpc", {}) is None  # a success with plain text, as some control routes answer
     assert client.post("/reset_prefix_cache", None) is None  # vLLM's empty 200
     client.close()
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -35,7 +37,7 @@ def test_token_ids_round_trip_and_match_the_in_process_engine(qwen3_server):
     _same(engine.generate(PROMPTS, sampling), JaxEngine(tiny_qwen3(seed=0)).generate(PROMPTS, sampling))
 
 
-def test_weight_update_rewrites_the_directory_and_the_server_reloads(qwen3_server, qwen3_dir):
+def test_weight_updates_are_versioned_directories_the_server_reloads_from(qwen3_server, qwen3_dir):
     engine = OpenAIEngine(qwen3_server.url, qwen3_server.name, weight_sync=ReloadFromDisk(qwen3_dir))
     before = engine.generate(PROMPTS, GREEDY)
     stamp = os.stat(os.path.join(qwen3_dir, "model.safetensors")).st_mtime_ns
@@ -45,10 +47,15 @@ def test_weight_update_rewrites_the_directory_and_the_server_reloads(qwen3_serve
     assert {c.weight_version for c in after} == {1}
     _same(after, JaxEngine(trained).generate(PROMPTS, GREEDY))
     assert [c.token_ids for c in after] != [c.token_ids for c in before]
-    assert os.stat(os.path.join(qwen3_dir, "model.safetensors")).st_mtime_ns != stamp
-    assert not [n for n in os.listdir(os.path.dirname(qwen3_dir)) if n.startswith(".orchard-weights-")]
-    engine.update_weights(ModelWeights.of(tiny_qwen3(seed=0), version=2))  # leave the module's server as it was
+    assert os.stat(os.path.join(qwen3_dir, "model.safetensors")).st_mtime_ns == stamp  # the served files stay
+    version = os.path.join(qwen3_dir, "v1")
+    assert {"config.json", "tokenizer.json", "model.safetensors"} <= set(os.listdir(version))
+    assert httpx.get(qwen3_server.url.removesuffix("/v1") + "/is_paused").json() == {"is_paused": False}
+    for step in (2, 3):  # back to the module's weights; only the newest two versions stay
+        engine.update_weights(ModelWeights.of(tiny_qwen3(seed=0), version=step))
+    assert sorted(n for n in os.listdir(qwen3_dir) if re.fullmatch(r"v\d+|\..*", n)) == ["v2", "v3"]
     _same(engine.generate(PROMPTS, GREEDY), before)
+    assert {c.weight_version for c in engine.generate(PROMPTS, GREEDY)} == {3}
 
 
 def test_update_without_a_weight_sync_is_a_clear_error(qwen3_server):

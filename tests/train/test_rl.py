@@ -318,7 +318,10 @@ def test_the_config_names_the_rollout_engine(smollm2_tokenizer):
                        smollm2_tokenizer)
     assert isinstance(vllm, OpenAIEngine) and vllm.model == "policy"
     assert isinstance(vllm.weight_sync, ReloadFromDisk) and vllm.weight_sync.directory == "/weights/policy"
-    assert vllm.client.root == "http://vllm:8000"
+    assert [replica.root for replica in vllm.replicas] == ["http://vllm:8000"]
+    two = make_engine(EngineConfig("vllm", "http://a:8000/v1, http://b:8000/v1", "policy", "/w"), None,
+                      smollm2_tokenizer)
+    assert [replica.root for replica in two.replicas] == ["http://a:8000", "http://b:8000"]  # replicas, comma-separated
     with pytest.raises(ValueError, match="unknown rollout engine 'sglang'"):
         make_engine(EngineConfig("sglang"), None, smollm2_tokenizer)
 

@@ -1,0 +1,271 @@
+"""OpenAIEngine and its versioned disk sync against fake vLLM replicas: loopback servers that answer the
+routes the engine uses as vLLM 0.34's source does (see the files named in orchard/rollout/openai_engine.py),
+or as older vLLM did (empty 200s, flat error bodies), and record every call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import pytest
+from flax import nnx
+from safetensors import safe_open
+
+from orchard.models.config import ModelConfig
+from orchard.models.transformer import Transformer
+from orchard.models.weights import ModelWeights, from_pretrained, save_pretrained
+from orchard.rollout.openai_client import OpenAIError, RetryPolicy
+from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
+from orchard.rollout.types import SamplingParams
+
+FAST = RetryPolicy(max_retries=2, base_delay=0.001, max_delay=0.01)
+SYNC = ["/pause?mode=wait", "/collective_rpc", "/reset_prefix_cache", "/resume"]
+
+
+class FakeVLLM:
+    """One replica. ``legacy`` answers as older vLLM: empty 200s from the control routes and the flat
+    ``{"object": "error", ...}`` body; ``fail_reload`` makes ``reload_weights`` fail as a worker error does."""
+
+    def __init__(self, legacy: bool = False, fail_reload: bool = False) -> None:
+        self.legacy, self.fail_reload = legacy, fail_reload
+        self.calls: list[tuple[str, Any]] = []  # (path with query, JSON body)
+        self.paused, self.weights_path = False, None
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                fake.answer(self, self.path, None)
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                fake.answer(self, self.path, json.loads(raw) if raw else None)
+
+            def log_message(self, *_) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.http.serve_forever, args=(0.05,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.http.server_port}/v1"
+
+    def error(self, message: str, kind: str, code: int) -> tuple[int, dict]:
+        if self.legacy:
+            return code, {"object": "error", "message": message, "type": kind, "param": None, "code": code}
+        return code, {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+    def route(self, path: str, body: Any) -> tuple[int, Any]:
+        route, query = urlsplit(path).path, parse_qs(urlsplit(path).query)
+        if route == "/pause":  # vllm/entrypoints/rl/online/api_router.py
+            assert query.get("mode", ["abort"]) in (["abort"], ["wait"], ["keep"])
+            self.paused = True
+            return 200, {"status": "paused"}
+        if route == "/resume":
+            self.paused = False
+            return 200, {"status": "resumed"}
+        if route == "/is_paused":
+            return 200, {"is_paused": self.paused}
+        if route == "/collective_rpc":  # vllm/entrypoints/serve/dev/rpc/api_router.py
+            assert body["method"] == "reload_weights" and set(body.get("kwargs", {})) <= {"weights_path"}
+            path = body.get("kwargs", {}).get("weights_path")
+            if self.fail_reload or not os.path.isfile(os.path.join(path, "model.safetensors")):
+                return self.error(f"no checkpoint at {path}", "InternalServerError" if self.legacy else "BadRequestError",
+                                  400)
+            self.weights_path = path
+            return 200, None if self.legacy else {"results": [None]}
+        if route == "/reset_prefix_cache":  # vllm/entrypoints/serve/dev/cache/api_router.py
+            return 200, None if self.legacy else {"success": True}
+        if route == "/v1/completions":  # generated ids say which version sampled them
+            if self.paused:  # RetryableRequestError, as AsyncLLM refuses requests while paused
+                return self.error("generation is paused", "ServiceUnavailableError", 503)
+            version = int(os.path.basename(self.weights_path)[1:]) if self.weights_path else 0
+            n = body["max_tokens"]
+            return 200, {"object": "text_completion", "choices": [
+                {"index": i, "text": "x" * n, "finish_reason": "length", "token_ids": [version] * n,
+                 "prompt_token_ids": prompt,
+                 "logprobs": {"tokens": ["x"] * n, "token_logprobs": [-0.5] * n, "top_logprobs": None,
+                              "text_offset": list(range(n))}}
+                for i, prompt in enumerate(body["prompt"])]}
+        return 404, {"detail": "Not Found"}
+
+    def answer(self, handler: BaseHTTPRequestHandler, path: str, body: Any) -> None:
+        self.calls.append((path, body))
+        status, reply = self.route(path, body)
+        data = b"" if reply is None else json.dumps(reply).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Length", str(len(data)))
+        if data:
+            handler.send_header("Content-Type", "application/json")
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def sync_calls(self) -> list[str]:
+        return [path for path, _ in self.calls if not path.startswith("/v1/")]
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture
+def replicas() -> Iterator[Any]:
+    started: list[FakeVLLM] = []
+
+    def start(**kwargs) -> FakeVLLM:
+        started.append(FakeVLLM(**kwargs))
+        return started[-1]
+
+    yield start
+    for fake in started:
+        fake.close()
+
+
+def tiny(seed: int = 0) -> Transformer:
+    cfg = ModelConfig(model_type="qwen3", vocab_size=64, hidden_size=16, intermediate_size=32, num_layers=1,
+                      num_heads=2, num_kv_heads=1, head_dim=8, qk_norm=True, tie_word_embeddings=False,
+                      max_position_embeddings=64, dtype="float32")
+    return Transformer(cfg, rngs=nnx.Rngs(seed))
+
+
+@pytest.fixture
+def served(tmp_path) -> str:
+    """The directory the replicas were started with: a bfloat16 model (transformers 5 says ``dtype``)."""
+    root = str(tmp_path / "policy")
+    save_pretrained(tiny(), root)
+    with open(os.path.join(root, "config.json")) as handle:
+        config = json.load(handle)
+    config.pop("torch_dtype")
+    with open(os.path.join(root, "config.json"), "w") as handle:
+        json.dump({**config, "dtype": "bfloat16", "served_by": "vllm"}, handle)
+    for name in ("tokenizer.json", "generation_config.json"):
+        with open(os.path.join(root, name), "w") as handle:
+            json.dump({"name": name}, handle)
+    return root
+
+
+def assert_same_params(loaded: Transformer, model: Transformer) -> None:
+    """Equal up to bfloat16's rounding."""
+    pairs = zip(nnx.to_flat_state(nnx.state(loaded, nnx.Param)), nnx.to_flat_state(nnx.state(model, nnx.Param)),
+                strict=True)
+    for (path, saved), (_, original) in pairs:
+        np.testing.assert_allclose(saved.get_value(), original.get_value(), rtol=1e-2, atol=1e-2, err_msg=str(path))
+
+
+def versions(root: str) -> list[str]:
+    return sorted(name for name in os.listdir(root) if name.startswith(("v", ".")))
+
+
+def test_a_sync_pauses_reloads_every_replica_from_the_new_version_and_collects_old_ones(replicas, served):
+    new, old = replicas(), replicas(legacy=True)  # old vLLM: empty 200s from the control routes
+    engine = OpenAIEngine([new.url, old.url], "policy", weight_sync=ReloadFromDisk(served, keep=2), retry=FAST)
+    for version in (1, 2, 3):
+        engine.update_weights(ModelWeights.of(tiny(seed=version), version))
+    for fake in (new, old):
+        assert fake.sync_calls() == SYNC * 3 and not fake.paused
+        reloads = [body for path, body in fake.calls if path == "/collective_rpc"]
+        assert reloads == [{"method": "reload_weights", "kwargs": {"weights_path": os.path.join(served, f"v{v}")}}
+                           for v in (1, 2, 3)]
+    assert versions(served) == ["v2", "v3"]
+    for _ in range(2):  # the replicas take turns
+        completions = engine.generate([[1, 2], [3]], SamplingParams(max_tokens=3))
+        assert [c.token_ids for c in completions] == [[3, 3, 3]] * 2
+        assert {c.weight_version for c in completions} == {3}
+        assert completions[0].logprobs == [-0.5] * 3 and completions[0].finish_reason == "length"
+    for fake in (new, old):
+        assert [path for path, _ in fake.calls if path.startswith("/v1/")] == ["/v1/completions"]
+
+    latest = os.path.join(served, "v3")
+    with open(os.path.join(latest, "config.json")) as handle:
+        assert json.load(handle)["served_by"] == "vllm"  # the served config, not the trainer's
+    assert {"tokenizer.json", "generation_config.json"} <= set(os.listdir(latest))
+    with safe_open(os.path.join(latest, "model.safetensors"), "np") as tensors:
+        assert {tensors.get_slice(name).get_dtype() for name in tensors.keys()} == {"BF16"}  # noqa: SIM118
+    assert_same_params(from_pretrained(latest, dtype="float32"), tiny(seed=3))
+
+
+def test_the_served_version_is_never_collected(replicas, served):
+    engine = OpenAIEngine(replicas().url, "policy", weight_sync=ReloadFromDisk(served, keep=1), retry=FAST)
+    engine.update_weights(ModelWeights.of(tiny(), 5))
+    engine.update_weights(ModelWeights.of(tiny(), 3))  # a restarted trainer, behind the newest version on disk
+    assert versions(served) == ["v3", "v5"]
+    engine.update_weights(ModelWeights.of(tiny(), 5))  # written again over the earlier run's v5
+    assert versions(served) == ["v5"]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_replica_that_fails_to_reload_is_named_and_every_replica_resumes(replicas, served, legacy):
+    good, bad = replicas(), replicas(legacy=legacy, fail_reload=True)
+    engine = OpenAIEngine([good.url, bad.url], "policy", weight_sync=ReloadFromDisk(served), retry=FAST)
+    engine.weight_version = 0
+    with pytest.raises(OpenAIError, match="no checkpoint at") as error:
+        engine.update_weights(ModelWeights.of(tiny(), 4))
+    root = bad.url.removesuffix("/v1")
+    assert f"replica {root} failed /collective_rpc" in str(error.value) and error.value.status == 400
+    assert ("InternalServerError" if legacy else "BadRequestError") in str(error.value)
+    for fake in (good, bad):
+        assert fake.sync_calls() == ["/pause?mode=wait", "/collective_rpc", "/resume"] and not fake.paused
+    assert engine.weight_version is None  # the good replica serves v4 already: no version is certain
+    assert engine.generate([[1]], SamplingParams(max_tokens=1))[0].token_ids == [4]
+
+
+def test_a_failed_or_killed_write_leaves_no_version_and_touches_no_replica(replicas, served):
+    fake = replicas()
+    engine = OpenAIEngine(fake.url, "policy", weight_sync=ReloadFromDisk(served), retry=FAST)
+
+    class Failing:
+        version, params = 7, None
+
+        def save_pretrained(self, directory: str, dtype: str | None = None) -> None:
+            with open(os.path.join(directory, "model.safetensors"), "wb") as handle:
+                handle.write(b"half a tensor")
+            raise OSError("No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        engine.update_weights(Failing())
+    assert versions(served) == [] and fake.calls == []
+
+    killed = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import os, signal, sys
+        from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
+
+        class Dying:
+            version, params = 7, None
+
+            def save_pretrained(self, directory, dtype=None):
+                with open(os.path.join(directory, "model.safetensors"), "wb") as handle:
+                    handle.write(b"half a tensor")
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        OpenAIEngine(sys.argv[1], "policy", weight_sync=ReloadFromDisk(sys.argv[2])).update_weights(Dying())
+    """), fake.url, served], capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    [leftover] = versions(served)
+    assert leftover.startswith(".staging-v7-") and fake.calls == []  # hidden, never v7
+    engine.update_weights(ModelWeights.of(tiny(), 8))
+    assert versions(served) == ["v8"]  # the next sync collects what the crash left
+
+
+def test_save_pretrained_writes_shard_by_shard_in_the_dtype_asked(tmp_path):
+    model = tiny()
+    save_pretrained(model, str(tmp_path), max_shard_bytes=3_000, dtype="bfloat16")
+    with open(tmp_path / "model.safetensors.index.json") as handle:
+        index = json.load(handle)
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) > 2 and sorted(n for n in os.listdir(tmp_path) if n.endswith(".safetensors")) == files
+    with open(tmp_path / "config.json") as handle:
+        assert json.load(handle)["torch_dtype"] == "bfloat16"
+    total = 0
+    for name in files:
+        with safe_open(str(tmp_path / name), "np") as tensors:
+            for key in tensors.keys():  # noqa: SIM118
+                assert tensors.get_slice(key).get_dtype() == "BF16"
+                total += tensors.get_tensor(key).nbytes
+    assert index["metadata"]["total_size"] == total
+    assert_same_params(from_pretrained(str(tmp_path), dtype="float32"), model)
