@@ -9,10 +9,14 @@ Every parameter carries logical axis names (``logical_axes=``: ``vocab``, ``embe
 ``kv_heads``, ``mlp``, ``experts``), which :mod:`orchard.models.sharding` maps onto a mesh.
 
 Departures from the reference:
-* The MoE block runs every expert on every token and weights the outputs by the (top-k, optionally
-  renormalised) router probabilities. The result equals HF's sparse dispatch; the cost is
-  ``num_experts / top_k`` times the FLOPs, which is fine for tests and small models. An expert-
-  parallel dispatch belongs with the sharded trainer.
+* The MoE block dispatches like HF's (each token to its top-k experts only, weighted by the optionally
+  renormalised router probabilities) but as grouped matmuls over expert-sorted rows rather than a loop
+  over experts (:func:`grouped_matmul`): ``jax.lax.ragged_dot`` on GPU and TPU; on the CPU, where
+  ``ragged_dot`` lowers to a dense matmul per group (``num_experts`` times the FLOPs), a tiled grouped
+  matmul whose FLOPs grow with the routed rows. With an ``ep`` mesh axis that divides the experts, each
+  ``ep`` shard computes its own experts' rows and the shards' outputs are summed (a psum of ``[N, D]``);
+  the tokens and routing are replicated over ``ep`` (no all-to-all), so each shard still gathers and
+  sorts all ``N * k`` rows.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from orchard.models.config import ModelConfig
 
@@ -181,6 +186,76 @@ class MLP(nnx.Module):
         return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+def grouped_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array) -> jax.Array:
+    """``x [M, D]`` rows sorted by group, ``w [G, D, F]``, ``group_sizes [G]`` -> ``[M, F]``: the rows of
+    group ``g`` times ``w[g]``. Rows after the last group (``sum(group_sizes) < M``) are unspecified.
+
+    ``jax.lax.ragged_dot`` on GPU and TPU. On the CPU, ``ragged_dot`` computes every row against every
+    group and masks (``G`` times the FLOPs), so there :func:`grouped_matmul_tiled` runs instead."""
+    return jax.lax.platform_dependent(x, w, group_sizes, cpu=grouped_matmul_tiled, default=jax.lax.ragged_dot)
+
+
+def grouped_matmul_tiled(x: jax.Array, w: jax.Array, group_sizes: jax.Array, tile: int | None = None) -> jax.Array:
+    """:func:`grouped_matmul` as batched matmuls over ``tile``-row blocks (megablox's schedule in plain
+    JAX). The sorted rows are cut into ``ceil(M / tile)`` tiles; a tile that straddles group
+    boundaries is visited once per group it holds, with the other rows masked, so at most
+    ``tiles + G - 1`` (tile, group) visits cover every row: ``(M + (G - 1) * tile) * D * F`` multiply-
+    adds however the rows are spread. Rows after the last group come back zero. Static shapes: the
+    visits past the ones needed are masked out entirely."""
+    m, d = x.shape
+    g, _, f = w.shape
+    if tile is None:  # about as many rows per tile as per group, within [8, 256]
+        tile = min(256, max(8, 1 << (max(1, m // g).bit_length() - 1)))
+    tiles = -(-m // tile)
+    x = jnp.pad(x, ((0, tiles * tile - m), (0, 0))).reshape(tiles, tile, d)
+    ends = jnp.cumsum(group_sizes)
+    starts = ends - group_sizes
+    first = starts // tile  # the first tile of each group
+    visits = jnp.where(group_sizes > 0, (ends - 1) // tile - first + 1, 0)  # [G]
+    visit_ends = jnp.cumsum(visits)
+    step = jnp.arange(tiles + g - 1)
+    group = jnp.sum(visit_ends[None, :] <= step[:, None], axis=1)  # [V]: G for the visits not needed
+    used = group < g
+    group = jnp.minimum(group, g - 1)
+    tile_id = jnp.clip(first[group] + step - (visit_ends - visits)[group], 0, tiles - 1)  # [V]
+    rows = tile_id[:, None] * tile + jnp.arange(tile)  # [V, tile]
+    mask = used[:, None] & (rows >= starts[group][:, None]) & (rows < ends[group][:, None])
+    blocks = jnp.where(mask[..., None], x[tile_id], 0)  # [V, tile, D]
+    y = jnp.einsum("vtd,vdf->vtf", blocks, w[group])  # [V, tile, F]
+    return jnp.zeros((tiles, tile, f), y.dtype).at[tile_id].add(y).reshape(tiles * tile, f)[:m]
+
+
+def route(x: jax.Array, index: jax.Array, weights: jax.Array, gate: jax.Array, up: jax.Array, down: jax.Array,
+          first: jax.Array | int = 0) -> jax.Array:
+    """The experts ``first .. first + E - 1`` (gate/up ``[E, D, F]``, down ``[E, F, D]``) on the tokens
+    ``x [N, D]`` routed to them (``index [N, k]``, global expert ids) -> ``[N, D]``, each expert's
+    output weighted by ``weights [N, k]``. Tokens routed elsewhere contribute nothing.
+
+    The ``N * k`` (token, choice) rows are sorted by expert, rows for other experts last; the three
+    matmuls run grouped over the sorted rows (:func:`grouped_matmul`); the rows are unsorted and
+    summed over the k choices."""
+    n, k = index.shape
+    e = gate.shape[0]
+    local = index.reshape(-1) - first  # [N*k]
+    local = jnp.where((local >= 0) & (local < e), local, e)  # another shard's expert: sorted last
+    order = _argsort(local)  # [N*k]
+    sizes = jnp.bincount(local, length=e).astype(jnp.int32)  # [E]: the rows marked e are not counted
+    rows = x[order // k]  # [N*k, D]
+    hidden = jax.nn.silu(grouped_matmul(rows, gate, sizes)) * grouped_matmul(rows, up, sizes)  # [N*k, F]
+    out = grouped_matmul(hidden, down, sizes)  # [N*k, D]
+    out = jnp.where((jnp.arange(n * k) < jnp.sum(sizes))[:, None], out, 0)
+    out = out[_argsort(order)].reshape(n, k, -1)  # [N, k, D], back in (token, choice) order
+    return jnp.einsum("nkd,nk->nd", out, weights.astype(out.dtype))
+
+
+def _argsort(keys: jax.Array) -> jax.Array:
+    """A stable argsort of the integers ``keys [M]``. Its iota is derived from ``keys`` so that inside a
+    shard_map the permutation is typed as varying over the mesh like the keys: ``jnp.argsort``'s comes
+    out typed invariant (JAX 0.10), and differentiation then sums the cotangents of the rows wrongly."""
+    iota = jnp.arange(keys.shape[0], dtype=keys.dtype) + keys * 0
+    return jax.lax.sort((keys, iota), num_keys=1, is_stable=True)[1]
+
+
 class Experts(nnx.Module):
     """Stacked expert weights: gate/up ``[E, D, F]`` and down ``[E, F, D]``."""
 
@@ -191,11 +266,25 @@ class Experts(nnx.Module):
         self.down_proj = _param(rngs, (e, f, d), cfg.param_dtype, ("experts", "mlp", "embed"))
         self.dtype = cfg.dtype
 
-    def __call__(self, x: jax.Array) -> jax.Array:
-        """Every expert on every token: [B, T, D] -> [B, T, E, D]."""
-        gate = jnp.einsum("btd,edf->btef", x, self.gate_proj[...].astype(self.dtype))
-        up = jnp.einsum("btd,edf->btef", x, self.up_proj[...].astype(self.dtype))
-        return jnp.einsum("btef,efd->bted", jax.nn.silu(gate) * up, self.down_proj[...].astype(self.dtype))
+    def __call__(self, x: jax.Array, index: jax.Array, weights: jax.Array) -> jax.Array:
+        """Each token through its chosen experts: ``x [N, D]``, ``index`` and ``weights [N, k]`` -> ``[N, D]``.
+
+        When the weights sit on a mesh whose ``ep`` axis divides the experts (as
+        :mod:`orchard.models.sharding` places them), each ``ep`` shard runs :func:`route` for its own
+        experts and the partial outputs are summed over ``ep``; the other mesh axes stay automatic."""
+        gate, up, down = (p[...].astype(self.dtype) for p in (self.gate_proj, self.up_proj, self.down_proj))
+        mesh = jax.typeof(gate).sharding.mesh
+        ep = 1 if mesh.empty else dict(mesh.shape).get("ep", 1)
+        if ep == 1 or gate.shape[0] % ep:
+            return route(x, index, weights, gate, up, down)
+
+        def shard(x, index, weights, gate, up, down):
+            first = jax.lax.axis_index("ep") * gate.shape[0]
+            return jax.lax.psum(route(x, index, weights, gate, up, down, first), "ep")
+
+        experts = P("ep")
+        return jax.shard_map(shard, mesh=mesh, in_specs=(P(), P(), P(), experts, experts, experts), out_specs=P(),
+                             axis_names={"ep"})(x, index, weights, gate, up, down)
 
 
 class SparseMoE(nnx.Module):
@@ -205,12 +294,16 @@ class SparseMoE(nnx.Module):
         self.cfg = cfg
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        """The router as HF Qwen3-MoE computes it (softmax in float32 over all experts, top-k, optionally
+        renormalised), then each token through its top-k experts: [B, T, D] -> [B, T, D]."""
         probs = jax.nn.softmax(self.gate(x).astype(jnp.float32), axis=-1)  # [B, T, E]
         top, index = jax.lax.top_k(probs, self.cfg.num_experts_per_tok)  # [B, T, k]
         if self.cfg.norm_topk_prob:
             top = top / jnp.sum(top, axis=-1, keepdims=True)
-        weights = jnp.sum(jax.nn.one_hot(index, self.cfg.num_experts) * top[..., None], axis=-2)  # [B, T, E]
-        return jnp.einsum("bte,bted->btd", weights.astype(x.dtype), self.experts(x))
+        b, t, d = x.shape
+        k = index.shape[-1]
+        out = self.experts(x.reshape(b * t, d), index.reshape(b * t, k), top.reshape(b * t, k).astype(x.dtype))
+        return out.reshape(b, t, d)
 
 
 class DecoderLayer(nnx.Module):
