@@ -8,6 +8,8 @@
   from the ids the model produced, training never re-tokenises them, and every training row can
   be checked against the prompt its tokens were sampled under. It parses the text with the
   format's parser: ``<think>`` reasoning always, tool calls only when the harness offers tools.
+  Up to its ``concurrency`` generations are in flight at once: awaited on the event loop when the
+  engine has a native async face (``OpenAIEngine``), else in a pool of threads of its own.
 - :class:`OpenAIChatPolicy` talks to any OpenAI-compatible ``/v1/chat/completions`` endpoint
   (vLLM, ``orchard serve``, hosted APIs) through :class:`~orchard.rollout.openai_client.OpenAIClient`.
   The server renders the chat and parses tool calls; sampled ids and logprobs are recorded when the
@@ -23,10 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import dataclasses
+import functools
 import json
 import threading
 import uuid
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -37,7 +43,7 @@ from orchard.data.images import ImageStore, recent_images
 from orchard.data.trajectory import Message, ToolCall, token_digest
 from orchard.harness.core import ContextLimitExceeded, Conversation, Turn
 from orchard.harness.seeds import turn_seed
-from orchard.rollout.engine import RolloutEngine
+from orchard.rollout.engine import RolloutEngine, has_native_async
 from orchard.rollout.openai_client import OpenAIClient, OpenAIError, RetryPolicy
 from orchard.rollout.types import SamplingParams
 
@@ -51,10 +57,18 @@ class EnginePolicy:
 
     ``sampling`` is the per-turn sampling; its ``max_tokens`` is further capped by the room left
     under the run's token budget, the chat format's end-of-turn tokens are added to its stop ids,
-    and its seed is combined with the episode's seed and the turn number. ``concurrency`` is how
-    many ``generate`` calls may run at once: 1 suits the in-process ``JaxEngine``, more suits a
-    thread-safe server engine. The engine's blocking calls run in worker threads, so the event loop
-    keeps serving other episodes.
+    and its seed is combined with the episode's seed and the turn number.
+
+    ``concurrency`` is how many generations may be in flight at once, and nothing else caps them.
+    An engine with a native async face (:func:`~orchard.rollout.engine.has_native_async`:
+    ``OpenAIEngine`` over vLLM) is awaited on the event loop, at most ``concurrency`` calls at a time
+    (per event loop), so one process holds hundreds of episodes' requests with no thread each. Any
+    other engine's blocking ``generate`` (and every call with images) runs in the policy's own pool of
+    ``concurrency`` threads, made on first use and shut down by :meth:`close`, so the event loop keeps
+    serving other episodes and asyncio's default executor (``min(32, cpus + 4)`` threads) never caps
+    it. 1 suits the in-process ``JaxEngine`` without a batcher, which ``make_policy`` builds: each call
+    decodes its own batch, so concurrent calls would not share decode steps (a ``JaxEngine`` with
+    ``max_batch_rows`` does batch concurrent calls together, and takes more).
 
     ``view`` chooses what a turn's prompt shows of the conversation (default: all of it, rendered
     incrementally). A view that drops or rewrites earlier messages (keeping only the latest
@@ -78,7 +92,12 @@ class EnginePolicy:
         self.tokenizer = chat_format.tokenizer
         stops = tuple(dict.fromkeys([*sampling.stop_token_ids, *chat_format.end_of_turn_ids]))
         self.sampling = dataclasses.replace(sampling, stop_token_ids=stops)
-        self._slots = threading.BoundedSemaphore(concurrency)
+        self.concurrency = concurrency
+        self._native_async = has_native_async(engine)
+        self._gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = \
+            weakref.WeakKeyDictionary()  # an asyncio semaphore belongs to one loop
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     async def act(self, conversation: Conversation, *, max_context: int | None = None) -> Turn:
         rendered = self._prompt(conversation)
@@ -92,7 +111,7 @@ class EnginePolicy:
         turn_number = sum(m.role == "assistant" for m in conversation.messages)
         sampling = dataclasses.replace(self.sampling, max_tokens=max_new,
                                        seed=turn_seed(self.sampling.seed, conversation.seed, turn_number))
-        completions = await asyncio.to_thread(self._generate, prompt, sampling, pixels)
+        completions = await self._generate(prompt, sampling, pixels)
         if len(completions) != 1:
             raise PolicyError(f"the engine returned {len(completions)} completions for one prompt")
         [completion] = completions
@@ -104,11 +123,37 @@ class EnginePolicy:
         return Turn(message=message, prompt_tokens=len(prompt),
                     completion_tokens=len(ids), finish_reason=completion.finish_reason, errors=errors)
 
-    def _generate(self, prompt: list[int], sampling: SamplingParams, pixels: list) -> list:
-        with self._slots:
-            if pixels:
-                return self.engine.generate([prompt], sampling, images=[pixels])
-            return self.engine.generate([prompt], sampling)
+    async def _generate(self, prompt: list[int], sampling: SamplingParams, pixels: list) -> list:
+        """The engine's completions of ``prompt``: awaited on the loop, or in the policy's threads."""
+        if self._native_async and not pixels:
+            loop = asyncio.get_running_loop()
+            if (gate := self._gates.get(loop)) is None:
+                gate = self._gates[loop] = asyncio.Semaphore(self.concurrency)
+            async with gate:
+                return await self.engine.agenerate([prompt], sampling)
+        call = (functools.partial(self.engine.generate, [prompt], sampling, images=[pixels]) if pixels
+                else functools.partial(self.engine.generate, [prompt], sampling))
+        context = contextvars.copy_context()  # as asyncio.to_thread does
+        return await asyncio.get_running_loop().run_in_executor(self._threads(), context.run, call)
+
+    def _threads(self) -> ThreadPoolExecutor:
+        """The policy's pool of ``concurrency`` threads for blocking ``generate`` calls (made on first use)."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"policy-{self.name}")
+            return self._pool
+
+    def close(self) -> None:
+        """Shut the policy's threads down (calls running finish; queued ones are cancelled). The policy
+        stays usable: a later blocking call makes a new pool. The engine is the caller's to close."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def aclose(self) -> None:
+        """:meth:`close`, under the name :class:`OpenAIChatPolicy` closes by."""
+        self.close()
 
     def _pixels(self, rendered: Rendered) -> list:
         """The decoded images of a rendered prompt with where their placeholders start (a sampled turn

@@ -20,7 +20,9 @@ The client has a sync face (:meth:`OpenAIClient.post`, used from worker threads)
 (:meth:`OpenAIClient.apost`, :meth:`~OpenAIClient.aget` and, for server-sent events,
 :meth:`~OpenAIClient.astream`, used on the event loop); each opens its pool on first use: httpx for
 the sync face, aiohttp for the async one (measured in the proxy benchmark: httpx's async client
-cost the recording proxy about 1 ms of CPU a call, aiohttp a third of that).
+cost the recording proxy about 1 ms of CPU a call, aiohttp a third of that). The aiohttp pool has no
+connection cap: as many requests are in flight as the callers start (aiohttp's default would hold
+them to 100).
 """
 
 from __future__ import annotations
@@ -119,7 +121,10 @@ class _AiohttpTransport:
         if self.session is None or self.loop is not loop:  # a pool is bound to the loop that opened it
             if self.session is not None:
                 self.session.detach()  # its loop is not this one: it cannot be closed from here
-            self.session, self.loop = aiohttp.ClientSession(timeout=self.timeout), loop
+            # No connection cap (aiohttp's default is 100 at once): the callers bound how many requests are
+            # in flight (a policy's concurrency, the proxy's sessions), and a cap here would queue them unseen.
+            connector = aiohttp.TCPConnector(limit=0)
+            self.session, self.loop = aiohttp.ClientSession(timeout=self.timeout, connector=connector), loop
         return self.session
 
     async def request(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> _Reply:

@@ -11,6 +11,11 @@ weight update reaches them all before the engine reports the new version. Reques
 :class:`~orchard.rollout.openai_client.OpenAIClient` (its retries: full jitter, ``Retry-After``,
 429 and 5xx). The module imports no JAX: an engine in a process that only drives servers needs none.
 
+Generation has two faces over one request builder and one reply parser: ``generate`` blocks (httpx),
+``agenerate`` is a coroutine (aiohttp, no connection cap of its own), so one process holds hundreds of
+episodes' generations in flight on one event loop: :class:`~orchard.harness.policies.EnginePolicy`
+uses ``agenerate`` (the engine says ``native_async``), and its ``concurrency`` alone bounds them.
+
 Weight updates go through a pluggable :class:`WeightSync`. The default, :class:`ReloadFromDisk`,
 writes every update as a complete model directory of its own, ``<directory>/v<version>``, and asks
 each replica to load its weights from there. It relies on these vLLM routes, checked in the source
@@ -202,6 +207,8 @@ class OpenAIEngine:
     """A rollout engine over the server at ``base_url`` (its root or ``/v1``), or over several replicas
     of it (a list of URLs), serving ``model``."""
 
+    native_async = True  # agenerate serves every call generate does, on the event loop (see RolloutEngine)
+
     def __init__(self, base_url: str | Sequence[str], model: str, api_key: str = "EMPTY",
                  weight_sync: WeightSync | None = None, timeout: float = 600.0,
                  retry: RetryPolicy | None = None) -> None:
@@ -216,9 +223,29 @@ class OpenAIEngine:
 
     def post(self, path: str, body: dict | None) -> Any:
         """POST to the next replica's ``path`` (from its root; the replicas take turns), with the client's retries."""
-        return self.replicas[next(self._turn) % len(self.replicas)].post(path, body)
+        return self._next_replica().post(path, body)
+
+    async def apost(self, path: str, body: dict | None) -> Any:
+        """:meth:`post` on the event loop (the same turns, the client's async face)."""
+        return await self._next_replica().apost(path, body)
+
+    def _next_replica(self) -> OpenAIClient:
+        return self.replicas[next(self._turn) % len(self.replicas)]
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
+        """One completion per prompt, in one ``/v1/completions`` request (blocking)."""
+        version = self.weight_version
+        return self._completions(self.post("/v1/completions", self._request(prompts, sampling)), len(prompts), version)
+
+    async def agenerate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
+        """:meth:`generate` on the event loop: the same request and reply, through the client's async face
+        (aiohttp), so a process holds as many generations in flight as its callers ask for, no thread each."""
+        version = self.weight_version
+        reply = await self.apost("/v1/completions", self._request(prompts, sampling))
+        return self._completions(reply, len(prompts), version)
+
+    def _request(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> dict[str, Any]:
+        """The ``/v1/completions`` body: the prompts as token ids, the sampled ids and their logprobs asked back."""
         body = {"model": self.model, "prompt": [list(p) for p in prompts], "max_tokens": sampling.max_tokens,
                 "temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed,
                 "logprobs": 0, "return_token_ids": True}
@@ -228,8 +255,12 @@ class OpenAIEngine:
             body["stop"] = list(sampling.stop)
         if sampling.stop_token_ids:
             body["stop_token_ids"] = list(sampling.stop_token_ids)
-        version = self.weight_version
-        reply = self.post("/v1/completions", body)
+        return body
+
+    @staticmethod
+    def _completions(reply: Any, count: int, version: int | None) -> list[Completion]:
+        """The completions of a ``/v1/completions`` reply to ``count`` prompts, sampled by weights ``version``
+        (the engine's version when the request was sent: an update finishing meanwhile does not relabel them)."""
         try:
             choices = sorted(reply["choices"], key=lambda c: c["index"])
             completions = [Completion(token_ids=list(c["token_ids"]), logprobs=list(c["logprobs"]["token_logprobs"]),
@@ -238,8 +269,8 @@ class OpenAIEngine:
         except (KeyError, TypeError) as exc:
             raise OpenAIError(f"/v1/completions gave no token ids and logprobs ({exc!r}): ask a server that "
                               "speaks return_token_ids (vLLM, orchard serve)") from exc
-        if len(completions) != len(prompts):
-            raise OpenAIError(f"asked for {len(prompts)} completions, got {len(completions)}")
+        if len(completions) != count:
+            raise OpenAIError(f"asked for {count} completions, got {len(completions)}")
         return completions
 
     def update_weights(self, weights: Weights) -> None:
@@ -255,3 +286,8 @@ class OpenAIEngine:
     def close(self) -> None:
         for replica in self.replicas:
             replica.close()
+
+    async def aclose(self) -> None:
+        """Close every replica's pools, the async face's included (call it on the loop that used them)."""
+        for replica in self.replicas:
+            await replica.aclose()

@@ -39,7 +39,7 @@ class ScriptedModelServer(ModelServer):
         self.overrides = {}
         self.tokenizer, self.engine = tokenizer, engine
         self.lock = asyncio.Lock()
-        self.created = 0
+        self.created, self.paused = 0, False
         self.end_ids = (tokenizer.token_id("<|im_end|>"), tokenizer.eos_id)
         engine.sampler = types.SimpleNamespace(check=lambda prompts, sampling: None)
 

@@ -4,13 +4,14 @@ or as older vLLM did (empty 200s, flat error bodies), and record every call."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -29,6 +30,19 @@ from orchard.rollout.types import SamplingParams
 
 FAST = RetryPolicy(max_retries=2, base_delay=0.001, max_delay=0.01)
 SYNC = ["/pause?mode=wait", "/collective_rpc", "/reset_prefix_cache", "/resume"]
+
+
+def completions_reply(body: dict[str, Any], sample: Callable[[list[int], int], list[int]]) -> dict[str, Any]:
+    """vLLM's ``/v1/completions`` answer to ``body`` with ``return_token_ids`` and ``logprobs: 0``: each prompt's
+    ``max_tokens`` ids ``sample(prompt, max_tokens)``, each of logprob -0.5 (choices listed last first, as
+    their ``index`` orders them)."""
+    n = body["max_tokens"]
+    return {"object": "text_completion", "choices": [
+        {"index": i, "text": "x" * n, "finish_reason": "length", "token_ids": sample(prompt, n),
+         "prompt_token_ids": prompt,
+         "logprobs": {"tokens": ["x"] * n, "token_logprobs": [-0.5] * n, "top_logprobs": None,
+                      "text_offset": list(range(n))}}
+        for i, prompt in reversed(list(enumerate(body["prompt"])))]}
 
 
 class FakeVLLM:
@@ -86,13 +100,7 @@ class FakeVLLM:
             if self.paused:  # RetryableRequestError, as AsyncLLM refuses requests while paused
                 return self.error("generation is paused", "ServiceUnavailableError", 503)
             version = int(os.path.basename(self.weights_path)[1:]) if self.weights_path else 0
-            n = body["max_tokens"]
-            return 200, {"object": "text_completion", "choices": [
-                {"index": i, "text": "x" * n, "finish_reason": "length", "token_ids": [version] * n,
-                 "prompt_token_ids": prompt,
-                 "logprobs": {"tokens": ["x"] * n, "token_logprobs": [-0.5] * n, "top_logprobs": None,
-                              "text_offset": list(range(n))}}
-                for i, prompt in enumerate(body["prompt"])]}
+            return 200, completions_reply(body, lambda prompt, n: [version] * n)
         return 404, {"detail": "Not Found"}
 
     def answer(self, handler: BaseHTTPRequestHandler, path: str, body: Any) -> None:
@@ -269,3 +277,28 @@ def test_save_pretrained_writes_shard_by_shard_in_the_dtype_asked(tmp_path):
                 total += tensors.get_tensor(key).nbytes
     assert index["metadata"]["total_size"] == total
     assert_same_params(from_pretrained(str(tmp_path), dtype="float32"), model)
+
+
+def test_agenerate_sends_and_parses_as_generate_does_and_the_replicas_take_turns(replicas):
+    first, second = replicas(), replicas()
+    engine = OpenAIEngine([first.url, second.url], "policy", retry=FAST)
+    engine.weight_version = 4
+    prompts = [[1, 2], [3]]
+    sampling = SamplingParams(max_tokens=3, temperature=0.7, top_p=0.9, top_k=5, seed=11, stop=("</x>",),
+                              stop_token_ids=(9,))
+
+    async def agenerate():
+        try:
+            return await engine.agenerate(prompts, sampling)
+        finally:
+            await engine.aclose()
+
+    blocking = engine.generate(prompts, sampling)
+    awaited = asyncio.run(agenerate())
+    assert awaited == blocking
+    assert [c.token_ids for c in awaited] == [[0, 0, 0]] * 2 and {c.weight_version for c in awaited} == {4}
+    assert awaited[0].logprobs == [-0.5] * 3 and awaited[0].text == "xxx" and awaited[0].finish_reason == "length"
+    [(_, sent)], [(_, asent)] = first.calls, second.calls  # one request each: the replicas took turns
+    assert asent == sent == {"model": "policy", "prompt": prompts, "max_tokens": 3, "temperature": 0.7, "top_p": 0.9,
+                             "seed": 11, "logprobs": 0, "return_token_ids": True, "top_k": 5, "stop": ["</x>"],
+                             "stop_token_ids": [9]}
