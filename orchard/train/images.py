@@ -74,14 +74,16 @@ def attach_images(batch: dict[str, np.ndarray], patches_of: PatchesOf, image_gri
     return out
 
 
-def batch_logits(model: Any, batch: dict[str, jax.Array], image_grid: Grid | None = None) -> jax.Array:
+def batch_logits(model: Any, batch: dict[str, jax.Array], image_grid: Grid | None = None, head: bool = True
+                 ) -> jax.Array:
     """The logits of a packed batch (``[B, T]`` arrays); with ``image_grid``, a batch that went through
-    :func:`attach_images`, its images in the model's vision tower."""
+    :func:`attach_images`, its images in the model's vision tower. ``head`` False: the final-normed
+    hidden states ``[B, T, D]`` instead (the loss projects them in chunks)."""
     if image_grid is None:
-        return model(batch["tokens"], batch["positions"], batch["segment_ids"])
+        return model(batch["tokens"], batch["positions"], batch["segment_ids"], head=head)
     positions = jnp.stack([batch[f"positions_{axis}"] for axis in "thw"])  # [3, B, T]
     patches = batch["patches"].reshape(-1, batch["patches"].shape[-1])
     rows = batch["image_rows"].reshape(-1)
     count = patches.shape[0] // int(np.prod(image_grid))
     images = Images(patches, (tuple(image_grid),) * count, rows)
-    return model(batch["tokens"], positions, batch["segment_ids"], images=images)
+    return model(batch["tokens"], positions, batch["segment_ids"], images=images, head=head)

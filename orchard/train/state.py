@@ -96,12 +96,44 @@ def target_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
     return jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0] - jax.nn.logsumexp(logits, axis=-1)
 
 
+def chunked_target_logprobs(hidden: jax.Array, weight: jax.Array, targets: jax.Array, chunk: int) -> jax.Array:
+    """:func:`target_logprobs` of the logits ``hidden [B, T, D] @ weight [D, V]`` (float32, as the model
+    computes them) for ``targets [B, T]``, without the ``[B, T, V]`` logits: ``chunk`` positions of every
+    row at a time (``lax.map`` over sequence chunks, the last one padded, so a batch split over devices
+    stays split), each chunk rematerialised (``jax.checkpoint``): the backward pass keeps only its
+    hidden states and recomputes its ``[B, chunk, V]`` logits."""
+    t = targets.shape[1]
+    pad = -t % chunk
+    flat = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+    flat = jnp.moveaxis(flat.reshape(flat.shape[0], -1, chunk, flat.shape[-1]), 1, 0)  # [chunks, B, chunk, D]
+    ids = jnp.moveaxis(jnp.pad(targets, ((0, 0), (0, pad))).reshape(targets.shape[0], -1, chunk), 1, 0)
+
+    @jax.checkpoint
+    def one(args: tuple[jax.Array, jax.Array]) -> jax.Array:
+        h, ids = args
+        return target_logprobs((h @ weight.astype(h.dtype)).astype(jnp.float32), ids)
+
+    logprobs = jax.lax.map(one, (flat, ids))  # [chunks, B, chunk]
+    return jnp.moveaxis(logprobs, 0, 1).reshape(targets.shape[0], -1)[:, :t]
+
+
+def batch_target_logprobs(model: Transformer, batch: dict[str, jax.Array], image_grid: Grid | None = None
+                          ) -> jax.Array:
+    """``log p(target)`` of each token of a packed batch (:func:`orchard.train.images.batch_logits`'s
+    forward pass): through the full logits, or, for rows longer than ``model.cfg.logits_chunk`` tokens,
+    by :func:`chunked_target_logprobs` (the same values)."""
+    targets, chunk = batch["targets"], model.cfg.logits_chunk
+    if not chunk or targets.shape[-1] <= chunk:
+        return target_logprobs(batch_logits(model, batch, image_grid), targets)
+    hidden = batch_logits(model, batch, image_grid, head=False)
+    return chunked_target_logprobs(hidden, model.output_weight(), targets, chunk)
+
+
 def token_losses(graphdef: Any, params: Any, batch: dict[str, jax.Array], image_grid: Grid | None = None
                  ) -> tuple[jax.Array, jax.Array]:
     """The summed masked next-token loss of a (packed) batch, and the number of trained tokens; with
     ``image_grid``, a batch with images (:func:`orchard.train.images.attach_images`)."""
-    logits = batch_logits(nnx.merge(graphdef, params), batch, image_grid)
-    nll = -target_logprobs(logits, batch["targets"])
+    nll = -batch_target_logprobs(nnx.merge(graphdef, params), batch, image_grid)
     mask = batch["loss_mask"].astype(jnp.float32)
     return jnp.sum(nll * mask), jnp.sum(mask)
 
