@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from benchmarks.moe import every_expert  # the benchmark's peer is the reference
 from orchard.models import ModelConfig
 from orchard.models.sharding import make_mesh, shard_model
 from orchard.models.transformer import SparseMoE, grouped_matmul, grouped_matmul_tiled
@@ -17,20 +18,6 @@ def moe_config(experts: int, top_k: int, norm: bool, dtype: str = "float32") -> 
     return ModelConfig(model_type="qwen3_moe", vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=1,
                        num_heads=2, num_kv_heads=1, head_dim=8, num_experts=experts, num_experts_per_tok=top_k,
                        moe_intermediate_size=24, norm_topk_prob=norm, dtype=dtype)
-
-
-def every_expert(moe: SparseMoE, x: jax.Array) -> jax.Array:
-    """The reference: every expert on every token, weighted by the (top-k, optionally renormalised) router."""
-    cfg = moe.cfg
-    probs = jax.nn.softmax(moe.gate(x).astype(jnp.float32), axis=-1)  # [B, T, E]
-    top, index = jax.lax.top_k(probs, cfg.num_experts_per_tok)
-    if cfg.norm_topk_prob:
-        top = top / jnp.sum(top, axis=-1, keepdims=True)
-    weights = jnp.sum(jax.nn.one_hot(index, cfg.num_experts) * top[..., None], axis=-2)  # [B, T, E]
-    gate, up, down = (p[...].astype(x.dtype) for p in (moe.experts.gate_proj, moe.experts.up_proj,
-                                                       moe.experts.down_proj))
-    hidden = jax.nn.silu(jnp.einsum("btd,edf->btef", x, gate)) * jnp.einsum("btd,edf->btef", x, up)
-    return jnp.einsum("bte,bted->btd", weights.astype(x.dtype), jnp.einsum("btef,efd->bted", hidden, down))
 
 
 def routed_experts(moe: SparseMoE, x: jax.Array) -> np.ndarray:
