@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("fsdp", "tp", "ep")
 RULES: dict[str, str | None] = {
@@ -41,12 +40,17 @@ class MeshConfig:
 
 
 def make_mesh(fsdp: int = 1, tp: int = 1, ep: int = 1, devices: list | None = None) -> Mesh:
-    """A mesh over ``fsdp * tp * ep`` devices (the first ones, unless ``devices`` is given)."""
-    devices = devices if devices is not None else jax.devices()
+    """A mesh over ``fsdp * tp * ep`` devices (the first ones, unless ``devices`` is given), laid out by
+    ``jax.make_mesh``: on TPU slices and GPU hosts it orders the devices along the physical topology, so
+    the groups of the inner axes (``tp``, ``ep``), which talk the most, are neighbours; on the CPU the
+    order is the devices' own. Its axes are ``Auto`` (the compiler propagates the parameters' shardings,
+    as :func:`shard_model` places them), not ``jax.make_mesh``'s default ``Explicit``."""
+    devices = list(devices if devices is not None else jax.devices())
     needed = fsdp * tp * ep
     if needed > len(devices):
         raise ValueError(f"mesh fsdp={fsdp} x tp={tp} x ep={ep} needs {needed} devices, {len(devices)} available")
-    return Mesh(np.asarray(devices[:needed]).reshape(fsdp, tp, ep), MESH_AXES)
+    return jax.make_mesh((fsdp, tp, ep), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
+                         devices=devices[:needed])
 
 
 def partition_spec(logical_axes: tuple[str | None, ...], shape: tuple[int, ...], mesh: Mesh) -> PartitionSpec:

@@ -49,3 +49,11 @@ def test_uneven_dimensions_stay_replicated():
     assert partition_spec(("embed", "kv_heads"), (576, 188), mesh) == PartitionSpec(None, None)
     with pytest.raises(ValueError, match="needs 16 devices"):
         make_mesh(4, 4, 1)
+
+
+def test_the_mesh_is_laid_out_by_jax_with_auto_axes():
+    mesh = make_mesh(2, 2, 1)
+    assert mesh.axis_names == ("fsdp", "tp", "ep") and dict(mesh.shape) == {"fsdp": 2, "tp": 2, "ep": 1}
+    assert set(mesh.axis_types) == {jax.sharding.AxisType.Auto}  # not jax.make_mesh's default, Explicit
+    picked = jax.devices()[4:]
+    assert list(make_mesh(2, 2, 1, devices=picked).devices.flat) == picked  # the given devices, the first ones
