@@ -37,6 +37,10 @@ class OptimConfig:
     # Parameter path prefixes that never move, e.g. ("model.visual",): a VLM's vision tower and the
     # mergers that project into the language model (the paper's frozen "vision encoder and projector").
     frozen: tuple[str, ...] = ()
+    # "" (off), or the dtype of a master copy of the trained parameters the optimizer keeps and updates
+    # (:func:`with_master_weights`): "float32" for bfloat16 parameters, whose own AdamW steps would
+    # round away (a 1e-6 step on a weight near 1 is below bfloat16's resolution of 2**-8).
+    master_dtype: str = ""
 
 
 class TrainState(NamedTuple):
@@ -58,7 +62,86 @@ def make_optimizer(config: OptimConfig, total_steps: int, b1: float = 0.9, b2: f
     if config.frozen:  # frozen parameters get no update (nor weight decay, nor optimizer state)
         optimizer = optax.multi_transform({"trained": optimizer, "frozen": optax.set_to_zero()},
                                           lambda params: frozen_labels(params, config.frozen))
+    if config.master_dtype:  # nor a master copy
+        trained = (lambda params: jax.tree.map(lambda label: label == "trained", frozen_labels(params, config.frozen))
+                   ) if config.frozen else None
+        optimizer = with_master_weights(optimizer, config.master_dtype, trained)
     return optimizer, schedule
+
+
+class MasterWeightsState(NamedTuple):
+    """:func:`with_master_weights`'s state: ``master`` holds the master copy of each parameter that has
+    one (:class:`optax.MaskedNode` for the others), ``inner`` the wrapped optimizer's state."""
+
+    master: Any
+    inner: Any
+
+
+def _no_master(x: Any) -> bool:
+    return isinstance(x, optax.MaskedNode)
+
+
+def with_master_weights(inner: optax.GradientTransformation, dtype: str = "float32",
+                        mask: Callable[[Any], Any] | None = None) -> optax.GradientTransformation:
+    """``inner`` run on a master copy of the parameters in ``dtype`` (mixed precision: bfloat16
+    parameters and compute, float32 optimizer state and updates).
+
+    The state holds the master copy of each parameter stored in another dtype, those ``mask(params)``
+    marks (a tree of bools like the parameters; default all): not of frozen parameters (their inner
+    update must be zero), nor of those already in ``dtype`` (the parameter is its own master). ``inner``
+    sees the gradients cast to ``dtype`` and the master copies as the parameters, so its moments are in
+    ``dtype`` too; each update adds its step to the master in ``dtype``. The parameters are then the new
+    master rounded to their dtype: :func:`make_train_step` takes them from the state
+    (:func:`params_from_master`), exactly. The updates returned for :func:`optax.apply_updates` are that
+    rounded master less the parameter, in ``dtype``; their sum is exact (``p + (q - p)``, two bfloat16
+    numbers in float32) unless a step changes a weight's magnitude by more than a factor of 2**16.
+    """
+    dtype = jnp.dtype(dtype)
+
+    def init(params: Any) -> MasterWeightsState:
+        chosen = mask(params) if mask is not None else jax.tree.map(lambda _: True, params)
+        master = jax.tree.map(lambda p, keep: p.astype(dtype) if keep and p.dtype != dtype else optax.MaskedNode(),
+                              params, chosen)
+        return MasterWeightsState(master, inner.init(_with_master(master, params)))
+
+    def update(updates: Any, state: MasterWeightsState, params: Any = None) -> tuple[Any, MasterWeightsState]:
+        if params is None:
+            raise ValueError("with_master_weights needs the parameters")
+        grads = jax.tree.map(lambda m, g: g if _no_master(m) else g.astype(dtype), state.master, updates,
+                             is_leaf=_no_master)
+        steps, inner_state = inner.update(grads, state.inner, _with_master(state.master, params))
+        master = jax.tree.map(lambda m, s: m if _no_master(m) else (m + s).astype(dtype), state.master, steps,
+                              is_leaf=_no_master)
+        updates = jax.tree.map(lambda m, s, p: s if _no_master(m) else m.astype(p.dtype).astype(dtype) - p.astype(dtype),
+                               master, steps, params, is_leaf=_no_master)
+        return updates, MasterWeightsState(master, inner_state)
+
+    return optax.GradientTransformation(init, update)
+
+
+def _with_master(master: Any, params: Any) -> Any:
+    """``params`` with each parameter that has a master copy replaced by it."""
+    return jax.tree.map(lambda m, p: p if _no_master(m) else m, master, params, is_leaf=_no_master)
+
+
+def master_weights(opt_state: Any) -> MasterWeightsState | None:
+    """The :class:`MasterWeightsState` in ``opt_state`` (an optimizer made by :func:`with_master_weights`,
+    perhaps inside a chain), or ``None``."""
+    found = [s for s in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, MasterWeightsState))
+             if isinstance(s, MasterWeightsState)]
+    if len(found) > 1:
+        raise ValueError("more than one master copy of the parameters in the optimizer state")
+    return found[0] if found else None
+
+
+def params_from_master(opt_state: Any, params: Any) -> Any:
+    """``params`` with each parameter that has a master copy in ``opt_state`` set to that copy rounded to
+    the parameter's dtype (as it is), or ``params`` unchanged when the optimizer keeps no master."""
+    state = master_weights(opt_state)
+    if state is None:
+        return params
+    return jax.tree.map(lambda m, p: p if _no_master(m) else m.astype(p.dtype), state.master, params,
+                        is_leaf=_no_master)
 
 
 def frozen_labels(params: Any, prefixes: tuple[str, ...]) -> Any:
@@ -153,7 +236,9 @@ def make_train_step(graphdef: Any, optimizer: optax.GradientTransformation, sche
     ``loss_fn(graphdef, params, micro_batch)`` returns a summed loss and the number of tokens it
     covers (masked next-token loss for SFT, the clipped policy loss for GRPO). The loss is the mean
     over every such token of the whole global batch (all micro-batches), so accumulating gradients
-    over micro-batches gives the same update as one big batch.
+    over micro-batches gives the same update as one big batch. With a master copy of the parameters in
+    the optimizer state (:func:`with_master_weights`), the gradients of the parameters that have one are
+    accumulated in its dtype, and the new parameters are the new master rounded to their dtype.
     """
 
     def step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict]:
@@ -164,12 +249,17 @@ def make_train_step(graphdef: Any, optimizer: optax.GradientTransformation, sche
             (micro_loss, micro_count), micro_grads = grad_fn(state.params, micro_batch)
             return (jax.tree.map(jnp.add, grads, micro_grads), loss + micro_loss, count + micro_count), None
 
-        zeros = jax.tree.map(jnp.zeros_like, state.params)
+        master = master_weights(state.opt_state)
+        if master is None:
+            zeros = jax.tree.map(jnp.zeros_like, state.params)
+        else:  # accumulated in the master's dtype
+            zeros = jax.tree.map(lambda m, p: jnp.zeros_like(p if _no_master(m) else m), master.master, state.params,
+                                 is_leaf=_no_master)
         (grads, loss, count), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0), batch)
         count = jnp.maximum(count, 1.0)
         grads = jax.tree.map(lambda g: g / count, grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
+        params = params_from_master(opt_state, optax.apply_updates(state.params, updates))
         metrics = {"loss": loss / count, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
                    "tokens": count}
         return TrainState(state.step + 1, params, opt_state), metrics
