@@ -66,8 +66,10 @@ def file_fingerprint(path: str) -> str:
 class Stage:
     """One stage's folder and the record of what made it (see the module docstring)."""
 
-    def __init__(self, directory: str, name: str, config: Any, inputs: Mapping[str, str] | None = None) -> None:
+    def __init__(self, directory: str, name: str, config: Any, inputs: Mapping[str, str] | None = None,
+                 shared: bool = False) -> None:
         self.directory, self.name = directory, name
+        self.shared = shared  # opened and finished by every process of a learner together (the trainers)
         self.config = to_dict(config)
         self.inputs = dict(sorted((inputs or {}).items()))
         self.fingerprint = fingerprint({"stage": name, "config": self.config, "inputs": self.inputs})
@@ -81,7 +83,28 @@ class Stage:
         return read_json(self.record_path) if os.path.exists(self.record_path) else None
 
     def open(self, rerun: bool = False) -> StageState:
-        """Check the folder against this config and inputs; ``"new"``, ``"resume"`` or ``"done"``."""
+        """Check the folder against this config and inputs; ``"new"``, ``"resume"`` or ``"done"``.
+
+        A ``shared`` stage of a learner over several processes (:mod:`orchard.distributed`), which share the
+        workdir, is opened by all of them at once: the controller checks and writes the record and every
+        process gets its answer (or its error)."""
+        from orchard import distributed
+
+        if not (self.shared and distributed.is_multiprocess()):
+            return self._open(rerun)
+        outcome = None
+        if distributed.is_controller():
+            try:
+                outcome = ("ok", self._open(rerun))
+            except StaleStage as exc:
+                outcome = ("stale", str(exc))
+        kind, value = distributed.broadcast(outcome)
+        if kind == "stale":
+            raise StaleStage(value)
+        self.state = value
+        return self.state
+
+    def _open(self, rerun: bool) -> StageState:
         record = self.record()
         if record is not None and record.get("fingerprint") == self.fingerprint:
             self.state = "done" if record.get("status") == "done" else "resume"
@@ -113,10 +136,16 @@ class Stage:
         return "was made by another run (" + ". ".join(parts or ["its record differs"]) + ")"
 
     def finish(self, summary: Mapping[str, Any] | None = None) -> None:
-        """Mark the stage done, with ``summary`` (small JSON values) kept in its record."""
-        record = self.record() or {}
-        record.update({"status": "done", "finished": time.time(), "summary": to_dict(dict(summary or {}))})
-        write_json(self.record_path, record)
+        """Mark the stage done, with ``summary`` (small JSON values) kept in its record (for a ``shared``
+        stage, written by the controller once every process has finished it)."""
+        from orchard import distributed
+
+        if self.shared:
+            distributed.barrier(f"stage {self.name} finished")
+        if not self.shared or distributed.is_controller():
+            record = self.record() or {}
+            record.update({"status": "done", "finished": time.time(), "summary": to_dict(dict(summary or {}))})
+            write_json(self.record_path, record)
         self.state = "done"
 
     def summary(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from orchard.distributed import host_array, is_controller
 from orchard.models.checkpoint import Checkpoint, CheckpointError, SafetensorsCheckpoint
 from orchard.models.config import ModelConfig
 from orchard.models.gguf import GGUFCheckpoint
@@ -46,7 +47,9 @@ def load_params(model: Transformer, checkpoint: Checkpoint, mesh: Mesh | None = 
     """Fill every parameter of ``model`` (abstract or concrete) from the checkpoint.
 
     With a ``mesh``, each tensor goes from host memory straight to its shards on the devices, so no
-    device ever holds a whole parameter it does not own (let alone the whole model).
+    device ever holds a whole parameter it does not own (let alone the whole model); in a learner over
+    several processes, each process places only the shards of its own devices. (Each host still reads
+    every tensor whole, one at a time, from the checkpoint.)
     """
     cfg = model.cfg
     dtype = jnp.dtype(cfg.param_dtype)
@@ -56,8 +59,12 @@ def load_params(model: Transformer, checkpoint: Checkpoint, mesh: Mesh | None = 
         expected = tuple(variable.get_value().shape)
         if tensor.shape != expected:
             raise CheckpointError(f"{'.'.join(map(str, path))}: checkpoint shape {tensor.shape}, model {expected}")
-        target = named_sharding(variable.logical_axes, expected, mesh) if mesh is not None else None
-        variable.set_value(jax.device_put(tensor.astype(dtype), target))
+        if mesh is None:
+            variable.set_value(jax.device_put(tensor.astype(dtype)))
+        else:
+            variable.set_value(jax.make_array_from_callback(
+                expected, named_sharding(variable.logical_axes, expected, mesh),
+                lambda index, tensor=tensor: tensor[index].astype(dtype)))
     nnx.update(model, state)
 
 
@@ -89,19 +96,54 @@ def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transfo
     return model
 
 
-def _hf_tensors(path: tuple, value: np.ndarray, cfg: ModelConfig) -> Iterator[tuple[str, np.ndarray]]:
-    """The HF tensors of one NNX parameter: the inverse of :func:`_hf_tensor`."""
+def _hf_tensors(path: tuple, value: Any, cfg: ModelConfig) -> Iterator[tuple[str, Any]]:
+    """The HF tensors of one NNX parameter: the inverse of :func:`_hf_tensor`. ``value`` is a host array
+    (the tensors are contiguous host arrays) or a JAX array (they stay JAX arrays, on its devices)."""
     *modules, leaf = (str(p) for p in path)
+    contiguous = np.ascontiguousarray if isinstance(value, np.ndarray) else (lambda x: x)
     if modules[-1] == "experts":
         prefix = ".".join(modules)
         for e in range(cfg.num_experts):
-            yield f"{prefix}.{e}.{leaf}.weight", np.ascontiguousarray(value[e].T)
+            yield f"{prefix}.{e}.{leaf}.weight", contiguous(value[e].T)
         return
     name = ".".join(modules) + (".weight" if leaf in ("kernel", "weight") else ".bias")
-    yield name, np.ascontiguousarray(value.T if leaf == "kernel" else value)
+    yield name, contiguous(value.T if leaf == "kernel" else value)
 
 
-def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 30, dtype: str | None = None) -> None:
+def _as_model(model: Any) -> Transformer:
+    return nnx.merge(model.graphdef, model.params) if isinstance(model, ModelWeights) else model
+
+
+def hf_tensors(model: Transformer | ModelWeights, dtype: str | None = None) -> Iterator[tuple[str, jax.Array]]:
+    """Every HF tensor of ``model`` (or of a trainer's :class:`ModelWeights`) as a JAX array on the
+    parameters' devices, cast to ``dtype`` (``None``: the parameters' own), in :func:`save_pretrained`'s
+    names, layout and order (the one mapping, :func:`_hf_tensors`): what a transfer to a server sends
+    without a round trip through host memory. Each tensor is computed when the generator reaches it."""
+    model = _as_model(model)
+    cast = None if dtype is None else jnp.dtype(dtype)
+    for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        value = variable.get_value()
+        yield from _hf_tensors(param_path, value if cast is None else value.astype(cast), model.cfg)
+
+
+def hf_tensor_specs(model: Transformer | ModelWeights, dtype: str | None = None
+                    ) -> list[tuple[str, tuple[int, ...], str]]:
+    """``(name, shape, dtype name)`` of every tensor :func:`hf_tensors` yields, in its order, computed
+    abstractly (``jax.eval_shape``: nothing is transposed, cast or copied)."""
+    names: list[str] = []
+
+    def tensors() -> list[jax.Array]:
+        names.clear()
+        pairs = list(hf_tensors(model, dtype))
+        names.extend(name for name, _ in pairs)
+        return [tensor for _, tensor in pairs]
+
+    shapes = jax.eval_shape(tensors)
+    return [(name, tuple(s.shape), jnp.dtype(s.dtype).name) for name, s in zip(names, shapes, strict=True)]
+
+
+def save_pretrained(model: Transformer, path: str | None, max_shard_bytes: int = 5 << 30,
+                    dtype: str | None = None) -> None:
     """Write ``config.json`` and safetensors (sharded with an index past ``max_shard_bytes``).
 
     The layout is the one transformers and vLLM read, so a trained checkpoint can be served.
@@ -109,18 +151,17 @@ def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 3
     ``torch_dtype``: a server loads the checkpoint in the dtype it serves, not the trainer's fp32.
     Each parameter is gathered to host memory one at a time and each shard is written once it is
     full, so the host holds at most one shard.
+
+    In a learner over several processes (:mod:`orchard.distributed`) this is a collective: every process
+    calls it, each parameter is gathered from the processes that hold its pieces, and the controller alone
+    writes. ``path`` None takes part in the gathers and writes nothing (what a process that is not the
+    controller passes when the controller's path is not its own to know).
     """
     from safetensors.numpy import save_file
 
-    os.makedirs(path, exist_ok=True)
-    hf = model.hf_config()
-    if dtype is not None:
-        hf["torch_dtype"] = dtype
-    with open(os.path.join(path, "config.json"), "w") as handle:
-        json.dump(hf, handle, indent=2)
-    if isinstance(model, VisionLanguageModel):  # its image processor's settings go with it
-        with open(os.path.join(path, "preprocessor_config.json"), "w") as handle:
-            json.dump(model.config.processing.to_hf(model.config.vision), handle, indent=2)
+    writer = path is not None and is_controller()
+    if writer:
+        _write_config(model, path, dtype)
     cast = None if dtype is None else jnp.dtype(dtype)
     written: list[tuple[str, list[str]]] = []  # (file written, its tensors): named once their count is known
     shard: dict[str, np.ndarray] = {}
@@ -128,11 +169,12 @@ def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 3
 
     def flush() -> None:
         filename = f".shard-{len(written) + 1:05d}.safetensors"
-        save_file(shard, os.path.join(path, filename), metadata={"format": "pt"})
+        if writer:
+            save_file(shard, os.path.join(path, filename), metadata={"format": "pt"})
         written.append((filename, list(shard)))
 
     for param_path, variable in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-        value = np.asarray(jax.device_get(variable.get_value()))
+        value = host_array(variable.get_value())
         for name, tensor in _hf_tensors(param_path, value if cast is None else value.astype(cast), model.cfg):
             if size + tensor.nbytes > max_shard_bytes and shard:
                 flush()
@@ -141,6 +183,8 @@ def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 3
             size += tensor.nbytes
             total += tensor.nbytes
     flush()
+    if not writer:
+        return
     if len(written) == 1:
         os.replace(os.path.join(path, written[0][0]), os.path.join(path, "model.safetensors"))
         return
@@ -151,6 +195,19 @@ def save_pretrained(model: Transformer, path: str, max_shard_bytes: int = 5 << 3
         weight_map.update(dict.fromkeys(names, filename))
     with open(os.path.join(path, "model.safetensors.index.json"), "w") as handle:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, handle, indent=2)
+
+
+def _write_config(model: Transformer, path: str, dtype: str | None) -> None:
+    """``config.json`` (and a vision-language model's image processor's settings) into ``path``."""
+    os.makedirs(path, exist_ok=True)
+    hf = model.hf_config()
+    if dtype is not None:
+        hf["torch_dtype"] = dtype
+    with open(os.path.join(path, "config.json"), "w") as handle:
+        json.dump(hf, handle, indent=2)
+    if isinstance(model, VisionLanguageModel):  # its image processor's settings go with it
+        with open(os.path.join(path, "preprocessor_config.json"), "w") as handle:
+            json.dump(model.config.processing.to_hf(model.config.vision), handle, indent=2)
 
 
 @dataclass
@@ -170,5 +227,6 @@ class ModelWeights:
         graphdef, params = nnx.split(model, nnx.Param)
         return cls(graphdef, params, version)
 
-    def save_pretrained(self, directory: str, dtype: str | None = None) -> None:
+    def save_pretrained(self, directory: str | None, dtype: str | None = None) -> None:
+        """:func:`save_pretrained` of these parameters (a collective over a learner's processes)."""
         save_pretrained(nnx.merge(self.graphdef, self.params), directory, dtype=dtype)

@@ -60,7 +60,7 @@ from orchard.eval.splits import split_by_id
 from orchard.harness.claw import ClawHarness, claw_shell_harness
 from orchard.harness.core import Harness
 from orchard.harness.episode import EpisodeRunner, SandboxPool
-from orchard.models.build import ModelSpec, build_model
+from orchard.models.build import build_model
 from orchard.models.shipped import resolve
 from orchard.models.transformer import Transformer
 from orchard.recipes.swe import (
@@ -71,6 +71,7 @@ from orchard.recipes.swe import (
     sft_stage,
     shared_stages,
     tokenizer_stage,
+    trained_policy,
 )
 from orchard.rollout.jax_engine import JaxEngine, model_chat_format
 from orchard.tasks.claw.collect import collect
@@ -320,8 +321,7 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                         {"policy": made_by, "tasks": tasks_made_by}, rerun)
 
             def policy_model(directory: str) -> Transformer:
-                spec = ModelSpec(path=directory, dtype=settings.model.dtype, param_dtype=settings.model.param_dtype)
-                return build_model(spec, settings.seed)
+                return trained_policy(settings, directory)
 
             initial = build_model(settings.model, settings.seed, tokenizer.vocab_size)
             await evaluate("init", initial, fingerprint({"model": settings.model, "tokenizer": taught.tokenizer_made_by,

@@ -40,10 +40,9 @@ from orchard.config import from_config
 from orchard.env import orchestrator
 from orchard.harness.claw import claw_smolagents_harness
 from orchard.harness.episode import SandboxPool
-from orchard.models.build import ModelSpec, build_model
 from orchard.recipes.claw import claw_config, evaluation_stage, tasks_stage, teaching
 from orchard.recipes.cross_harness import arm_trajectories, matrix_summary, third_party_runner
-from orchard.recipes.swe import sft_stage
+from orchard.recipes.swe import sft_stage, trained_policy
 from orchard.workdir import write_json
 
 log = logging.getLogger(__name__)
@@ -84,8 +83,7 @@ async def run_claw_cross_harness(config: ConfigDict, workdir: str, *, rerun: boo
                 model_dir, made_by = sft_stage(settings, arm_dir, share, taught.tokenizer, taught.tokenizer_dir,
                                                {"teacher": taught.made_by, "tokenizer": taught.tokenizer_made_by,
                                                 "arm": arm}, rerun)
-                model = build_model(ModelSpec(path=model_dir, dtype=settings.model.dtype,
-                                              param_dtype=settings.model.param_dtype), settings.seed)
+                model = trained_policy(settings, model_dir)
                 inputs = {"policy": made_by, "tasks": tasks_made_by}
                 results = {harness: await evaluation_stage(settings, arm_dir, client, pool, "sft", harness, model,
                                                            taught.tokenizer, split.held_out, inputs, rerun)

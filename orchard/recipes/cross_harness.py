@@ -47,7 +47,6 @@ from orchard.harness.adapters.smolagents_agent import smolagents_harness
 from orchard.harness.bash import BashHarness
 from orchard.harness.codeact import CodeActHarness
 from orchard.harness.episode import SetupCache
-from orchard.models.build import ModelSpec, build_model
 from orchard.recipes.swe import (
     evaluation_stage,
     sft_stage,
@@ -55,6 +54,7 @@ from orchard.recipes.swe import (
     tasks_stage,
     teacher_stage,
     tokenizer_stage,
+    trained_policy,
 )
 from orchard.rollout.local_serving import serve_app
 from orchard.rollout.proxy import ProxyConfig, RecordingProxy, create_proxy_app
@@ -155,8 +155,7 @@ async def run_cross_harness(config: ConfigDict, workdir: str, *, rerun: bool = F
                 model_dir, made_by = sft_stage(settings, arm_dir, share, tokenizer, tokenizer_dir,
                                                {"teacher": teacher_made_by, "tokenizer": tokenizer_made_by,
                                                 "arm": arm}, rerun)
-                model = build_model(ModelSpec(path=model_dir, dtype=settings.model.dtype,
-                                              param_dtype=settings.model.param_dtype), settings.seed)
+                model = trained_policy(settings, model_dir)
                 inputs = {"policy": made_by, "tasks": tasks_made_by}
                 results: dict[str, dict[str, dict[str, float]]] = {}
                 for name, harness in harnesses.items():

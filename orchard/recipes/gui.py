@@ -62,7 +62,7 @@ from orchard.harness.browser import SYSTEM_PROMPT, TOOLS, BrowserHarness
 from orchard.harness.chromium import BrowserSettings
 from orchard.harness.core import Limits
 from orchard.harness.episode import EpisodeRunner, SandboxPool
-from orchard.models.build import ModelSpec, build_model
+from orchard.models.build import build_model
 from orchard.models.shipped import resolve
 from orchard.models.transformer import Transformer
 from orchard.models.weights import save_pretrained
@@ -73,6 +73,7 @@ from orchard.recipes.swe import (
     message_texts,
     sampled_change,
     shared_stages,
+    trained_policy,
 )
 from orchard.recipes.swe import tokenizer_stage as shared_tokenizer_stage
 from orchard.rollout.jax_engine import JaxEngine, model_chat_format
@@ -390,8 +391,7 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
                             for pass_ in passes}
 
             def policy_model(directory: str) -> Transformer:
-                spec = ModelSpec(path=directory, dtype=settings.model.dtype, param_dtype=settings.model.param_dtype)
-                return build_model(spec, settings.seed, mesh=mesh)
+                return trained_policy(settings, directory, mesh)
 
             init_made_by = fingerprint({"model": settings.model, "tokenizer": tokenizer_made_by, "seed": settings.seed})
             await evaluate("init", fresh_model(settings, tokenizer), init_made_by,

@@ -54,9 +54,10 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from orchard.config import fingerprint, from_config
@@ -142,21 +143,21 @@ class SWEConfig(SharedStages):
 def shared_stages(config: ConfigDict) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The stage configs every recipe config holds, typed: the seed and chat format (set once at the
     top), the tokenizer, model, mesh, SFT, RL, eval and env blocks (the seed, chat format, mesh and
-    model dtypes copied into the stages that use them); and the config as a dict and its
+    model's compute settings, dtypes included, copied into the stages that use them); and the config as a dict and its
     ``sft.examples`` block, for the recipe's own stages."""
     c = config.to_dict()
     sft = dict(c["sft"])
     examples = sft.pop("examples")
     seed, chat_format = c["seed"], c["chat"]["format"]
-    dtypes = {"dtype": c["model"]["dtype"], "param_dtype": c["model"]["param_dtype"]}
+    model = from_config(ModelSpec, c["model"], "model")
     common = dict(
         seed=seed, chat_format=chat_format,
         tokenizer=from_config(TokenizerConfig, c["tokenizer"], "tokenizer"),
-        model=from_config(ModelSpec, c["model"], "model"),
+        model=model,
         mesh=from_config(MeshConfig, c["mesh"], "mesh"),
         sft=from_config(SFTConfig, {**sft, "seed": seed, "mesh": c["mesh"], "model": c["model"]}, "sft"),
-        rl=from_config(RLConfig, {**c["rl"], "seed": seed, "chat_format": chat_format, "mesh": c["mesh"], **dtypes},
-                       "rl"),
+        rl=from_config(RLConfig, {**c["rl"], "seed": seed, "chat_format": chat_format, "mesh": c["mesh"],
+                                  **model.compute()}, "rl"),
         eval=from_config(EvalConfig, c["eval"], "eval"),
         env=from_config(EnvConfig, c["env"], "env"))
     return common, c, examples
@@ -281,6 +282,13 @@ def tokenizer_stage(config: Any, workdir: str, trajectories: Sequence[Trajectory
     return Tokenizer.from_pretrained(stage.directory), stage.directory, stage.fingerprint
 
 
+def trained_policy(config: SharedStages, directory: str, mesh: Mesh | None = None) -> Transformer:
+    """The policy a stage trained into ``directory``, as the config's stages compute with it: the config's
+    model settings (dtypes, attention block, rematerialisation, logits chunk) with that path; on ``mesh``,
+    placed as RL places its own (so the two share their compiled programs)."""
+    return build_model(replace(config.model, path=directory), config.seed, mesh=mesh)
+
+
 def sft_stage(config: SWEConfig, workdir: str, trajectories: Sequence[Trajectory], tokenizer: Tokenizer,
               tokenizer_dir: str, inputs: dict[str, str], rerun: bool) -> tuple[str, str]:
     """Stage 4: credit-assignment SFT; returns the trained policy's directory (with its tokenizer)
@@ -391,10 +399,7 @@ async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -
             mesh = settings.mesh.make()
 
             def policy_model(directory: str) -> Transformer:
-                """A trained policy as RL computes with it: its dtypes, its mesh (so the two share their
-                compiled programs)."""
-                spec = ModelSpec(path=directory, dtype=settings.model.dtype, param_dtype=settings.model.param_dtype)
-                return build_model(spec, settings.seed, mesh=mesh)
+                return trained_policy(settings, directory, mesh)
 
             if held_sets:
                 initial = build_model(settings.model, settings.seed, tokenizer.vocab_size, mesh)

@@ -49,6 +49,7 @@ from orchard.data.images import ImageStore
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory
 from orchard.data.vision_rows import IMAGE_FEATURES, ImageTable
+from orchard.distributed import broadcast, global_batch, is_controller, is_multiprocess, lead
 from orchard.env.client import AsyncSandboxClient
 from orchard.eval.runner import RolloutConfig, evaluate_policy
 from orchard.harness.core import Harness, Policy
@@ -63,7 +64,7 @@ from orchard.models.vlm import VLMConfig
 from orchard.models.weights import ModelWeights
 from orchard.rollout.engine import RolloutEngine
 from orchard.rollout.jax_engine import JaxEngine, model_chat_format
-from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
+from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk, WeightSync
 from orchard.train.bar import GroupResult, GroupSampler, SamplerConfig, make_sampler
 from orchard.train.checkpoint import Checkpointer
 from orchard.train.curriculum import CurriculumConfig
@@ -88,15 +89,22 @@ log = logging.getLogger(__name__)
 class EngineConfig:
     """The rollout engine: ``jax`` (in process, over the learner's own parameters) or ``vllm`` /
     ``openai`` (a server at ``url``, or replicas at comma-separated URLs, serving ``served_model`` from
-    ``weights_dir``, whose weights are
-    synced by writing each update as ``<weights_dir>/v<version>`` and asking it to reload from there;
-    see :class:`~orchard.rollout.openai_engine.ReloadFromDisk`)."""
+    ``weights_dir``). ``weight_sync`` says how their weights follow the learner's: ``disk`` writes each
+    update as ``<weights_dir>/v<version>`` and asks them to reload from there
+    (:class:`~orchard.rollout.openai_engine.ReloadFromDisk`); ``nccl`` broadcasts the tensors from the
+    learner's GPUs to vLLM's workers over vLLM's native weight transfer, in the dtype of
+    ``weights_dir``'s config, with this host reachable at ``nccl_master_address:nccl_master_port``
+    (:class:`~orchard.rollout.weight_transfer.NcclWeightTransfer`; vLLM started with
+    ``--weight-transfer-config '{"backend": "nccl"}'``)."""
 
     kind: str = "jax"
     url: str = ""
     served_model: str = ""
     weights_dir: str = ""
     api_key: str = "EMPTY"
+    weight_sync: str = "disk"  # disk | nccl
+    nccl_master_address: str = ""  # an address of the learner's host that the vLLM workers reach
+    nccl_master_port: int = 29500
 
 
 @dataclass(frozen=True)
@@ -130,8 +138,12 @@ class RLConfig:
     # policies RL starts from and ends with are its caller's to evaluate, so the last step is skipped.
     eval_every: int = 0
     chat_format: str = "qwen3"
+    # How the policy is computed (orchard.models.build.ModelSpec's fields; the recipes copy the config's model's).
     dtype: str = "float32"
     param_dtype: str = "float32"
+    attention_block: int = ModelSpec.attention_block
+    remat: str = ModelSpec.remat
+    logits_chunk: int = ModelSpec.logits_chunk
     optim: OptimConfig = field(default_factory=OptimConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -271,14 +283,24 @@ class Learner:
         return self._steps[grid]
 
     def sync(self, state: TrainState) -> None:
-        """Serve ``state``'s parameters; the weight version is the number of updates."""
-        self.engine.update_weights(ModelWeights(self.graphdef, state.params, version=int(state.step)))
+        """Serve ``state``'s parameters; the weight version is the number of updates. In a learner over
+        several processes the controller syncs, and the others take part in its export's gathers."""
+        weights = ModelWeights(self.graphdef, state.params, version=int(state.step))
+        if is_controller():
+            self.engine.update_weights(weights)
+        else:
+            weights.save_pretrained(None)
 
-    def update(self, state: TrainState, groups: Sequence[GroupResult]) -> tuple[TrainState, dict[str, float]]:
+    def update(self, state: TrainState, groups: Sequence[GroupResult]) -> tuple[TrainState, dict[str, float] | None]:
         """``updates_per_batch`` updates on the groups' rows, then the sync. The loss is the first
-        update's (at ratio 1); the grad norm is their mean."""
-        rows, grid = self.rows(groups)
-        batch, train_step = jax.device_put(rows, batch_sharding(self.mesh)), self.train_step(grid)
+        update's (at ratio 1); the grad norm is their mean. No groups: no update (None).
+
+        In a learner over several processes every process calls it at each step; the controller's groups
+        are the step's (its rows go to the others, whose ``groups`` are ignored)."""
+        rows, grid = broadcast(self.rows(groups) if is_controller() and groups else (None, None))
+        if rows is None:
+            return state, None
+        batch, train_step = global_batch(rows, batch_sharding(self.mesh)), self.train_step(grid)
         learner = []
         for _ in range(self.config.updates_per_batch):  # after the first, the ratio moves and the clip bounds it
             state, out = train_step(state, batch)
@@ -303,15 +325,14 @@ async def rl_step(step: int, state: TrainState, learner: Learner, workers: Rollo
     groups = await gather_groups(workers, sampler, chosen, step, spares)
     rollout_s = time.perf_counter() - started
     metrics = group_metrics(groups)
-    trained = [g for g in groups if g.group]
-    if not trained:  # e.g. dynamic filtering dropped every prompt: no update, the same weights
+    started = time.perf_counter()
+    state, update = learner.update(state, [g for g in groups if g.group])
+    learn_s = time.perf_counter() - started
+    if update is None:  # e.g. dynamic filtering dropped every prompt: no update, the same weights
         log.warning("step %d: every group was dropped; no update", step)
         metrics.update({"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "trained_tokens": 0.0, "rollout_s": rollout_s,
                         "learn_s": 0.0, "tokens_per_s": 0.0})
         return state, StepResult(groups, metrics)
-    started = time.perf_counter()
-    state, update = learner.update(state, trained)
-    learn_s = time.perf_counter() - started
     metrics.update(update)
     metrics.update({"rollout_s": rollout_s, "learn_s": learn_s,
                     "tokens_per_s": update["trained_tokens"] / max(rollout_s + learn_s, 1e-9)})
@@ -366,9 +387,25 @@ def make_engine(config: EngineConfig, model: Any, tokenizer: Tokenizer) -> Rollo
         return JaxEngine(model, tokenizer)
     if config.kind in ("vllm", "openai"):
         replicas = [url.strip() for url in config.url.split(",") if url.strip()]
-        return OpenAIEngine(replicas, config.served_model, api_key=config.api_key,
-                            weight_sync=ReloadFromDisk(config.weights_dir))
+        return OpenAIEngine(replicas, config.served_model, api_key=config.api_key, weight_sync=make_weight_sync(config))
     raise ValueError(f"unknown rollout engine {config.kind!r}: jax, vllm or openai")
+
+
+def make_weight_sync(config: EngineConfig) -> WeightSync:
+    """The weight sync ``config.weight_sync`` names (see :class:`EngineConfig`)."""
+    if config.weight_sync == "disk":
+        return ReloadFromDisk(config.weights_dir)
+    if config.weight_sync == "nccl":
+        from orchard.rollout.openai_engine import served_dtype
+        from orchard.rollout.weight_transfer import NcclWeightTransfer
+
+        if not config.nccl_master_address:
+            raise ValueError("weight_sync 'nccl' needs nccl_master_address: an address of this host that the "
+                             "vLLM workers reach")
+        has_config = bool(config.weights_dir) and os.path.isfile(os.path.join(config.weights_dir, "config.json"))
+        return NcclWeightTransfer(config.nccl_master_address, config.nccl_master_port,
+                                  dtype=served_dtype(config.weights_dir) if has_config else None)
+    raise ValueError(f"unknown weight sync {config.weight_sync!r}: disk or nccl")
 
 
 def make_policy(config: RLConfig, engine: RolloutEngine, chat_format: ChatFormat,
@@ -405,11 +442,18 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     in-process :class:`~orchard.rollout.jax_engine.JaxEngine` over the learner's own parameters, so
     the weight sync after each update is immediate; on clusters a vLLM server.
     """
-    stage = Stage(workdir, "rl", config, inputs)
+    lead("rl", config=config, workdir=workdir, client=None, tasks=(), harness=None, policy=policy,
+         tokenizer=tokenizer, inputs=inputs, rerun=rerun)
+    stage = Stage(workdir, "rl", config, inputs, shared=True)
     if stage.open(rerun) == "done":
         return stage.summary()
+    if is_multiprocess() and config.engine.kind == "jax":
+        raise ValueError("a learner over several processes samples through a server (engine.kind vllm or openai), "
+                         "not the in-process JAX engine")
     mesh = config.mesh.make()
-    model = build_model(ModelSpec(path=policy, dtype=config.dtype, param_dtype=config.param_dtype), config.seed)
+    model = build_model(ModelSpec(path=policy, dtype=config.dtype, param_dtype=config.param_dtype,
+                                  attention_block=config.attention_block, remat=config.remat,
+                                  logits_chunk=config.logits_chunk), config.seed)
     vocabulary = Tokenizer.from_pretrained(tokenizer or policy)
     chat_format = model_chat_format(config.chat_format, vocabulary, model)
     engine = make_engine(config.engine, model, vocabulary)
@@ -433,45 +477,51 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     curriculum_path = os.path.join(workdir, "curriculum.json")
     if curriculum is not None and latest is not None and os.path.exists(curriculum_path):
         curriculum.load_state_dict(read_json(curriculum_path)[str(latest)])
-    async with contextlib.AsyncExitStack() as stack:
-        if setups is None:
-            setups = await stack.enter_async_context(SetupCache(client))
-        runner = config.rollout.runner(client, harness, make_policy(config, engine, chat_format, images=images),
-                                       setups, pool)
-        workers = RolloutWorkers(runner, config.seed)
-        greedy = config.rollout.runner(client, harness, make_policy(config, engine, chat_format, 0.0, images),
-                                       setups, pool)
-        sampler = make_sampler(config.sampler)
-        tasks = await rl_prompts(config.pass_filter, workdir, workers, tasks)
-        last: dict[str, float] = {}
-        first = int(state.step) // config.updates_per_batch  # the state counts updates
-        curriculum_states = read_json(curriculum_path) if os.path.exists(curriculum_path) else {}
-        with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=first, desc="rl",
-                                                     unit="step") as bar:
-            for step in range(first, config.num_steps):
-                if curriculum is not None:
-                    runner.limits = curriculum.limits(config.rollout.limits)
-                state, result = await rl_step(step, state, learner, workers, sampler, tasks)
-                last = result.metrics
-                if curriculum is not None:
-                    last.update(max_steps=float(runner.limits.max_steps), curriculum_stage=float(curriculum.stage))
-                    curriculum.observe(last["reward"])
-                    curriculum_states[str(step + 1)] = curriculum.state_dict()
-                    write_json(curriculum_path, curriculum_states)
-                if held_out and config.eval_every and (step + 1) % config.eval_every == 0 \
-                        and step + 1 < config.num_steps:
-                    for name, held_tasks in held_out.items():
-                        evaluation = await evaluate_policy(greedy, held_tasks, seed=config.seed,
-                                                           name=f"rl held-out {name}", progress=False)
-                        last[f"held_out_success/{name}"] = evaluation.metrics()["resolve_rate"]
-                metrics.write(step + 1, last)
-                checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
-                bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",
-                                refresh=False)
-                bar.update()
+    last: dict[str, float] = {}
+    if not is_controller():  # the controller runs the episodes; this process takes part in every update
+        for step in range(int(state.step) // config.updates_per_batch, config.num_steps):
+            state, _ = learner.update(state, [])
+            checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
+    else:
+        async with contextlib.AsyncExitStack() as stack:
+            if setups is None:
+                setups = await stack.enter_async_context(SetupCache(client))
+            runner = config.rollout.runner(client, harness, make_policy(config, engine, chat_format, images=images),
+                                           setups, pool)
+            workers = RolloutWorkers(runner, config.seed)
+            greedy = config.rollout.runner(client, harness, make_policy(config, engine, chat_format, 0.0, images),
+                                           setups, pool)
+            sampler = make_sampler(config.sampler)
+            tasks = await rl_prompts(config.pass_filter, workdir, workers, tasks)
+            first = int(state.step) // config.updates_per_batch  # the state counts updates
+            curriculum_states = read_json(curriculum_path) if os.path.exists(curriculum_path) else {}
+            with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=first, desc="rl",
+                                                         unit="step") as bar:
+                for step in range(first, config.num_steps):
+                    if curriculum is not None:
+                        runner.limits = curriculum.limits(config.rollout.limits)
+                    state, result = await rl_step(step, state, learner, workers, sampler, tasks)
+                    last = result.metrics
+                    if curriculum is not None:
+                        last.update(max_steps=float(runner.limits.max_steps), curriculum_stage=float(curriculum.stage))
+                        curriculum.observe(last["reward"])
+                        curriculum_states[str(step + 1)] = curriculum.state_dict()
+                        write_json(curriculum_path, curriculum_states)
+                    if held_out and config.eval_every and (step + 1) % config.eval_every == 0 \
+                            and step + 1 < config.num_steps:
+                        for name, held_tasks in held_out.items():
+                            evaluation = await evaluate_policy(greedy, held_tasks, seed=config.seed,
+                                                               name=f"rl held-out {name}", progress=False)
+                            last[f"held_out_success/{name}"] = evaluation.metrics()["resolve_rate"]
+                    metrics.write(step + 1, last)
+                    checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
+                    bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",
+                                    refresh=False)
+                    bar.update()
     checkpointer.close()
     export = os.path.join(workdir, "model")
     ModelWeights(graphdef, state.params).save_pretrained(export)
-    vocabulary.save_pretrained(export)
+    if is_controller():
+        vocabulary.save_pretrained(export)
     stage.finish(last)
     return last

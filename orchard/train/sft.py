@@ -8,6 +8,11 @@ on an ``(fsdp, tp)`` mesh, bf16 compute over fp32 parameters (the model's dtype 
 step with donated state, Orbax checkpoints that include the data iterator, eval loss, and metrics
 in ``metrics.jsonl`` and TensorBoard.
 
+Over several processes (:mod:`orchard.distributed`: a multi-host learner), the controller's call leads the
+others into the same training (they wait in :func:`orchard.train.follow.follow_controller`); every process
+reads the same global batches and places its own rows, so the run trains on exactly the batches, and
+ends with exactly the parameters, of a run on one process.
+
 The workdir is a :class:`~orchard.workdir.Stage`: a run killed and restarted with the same config
 and examples resumes from its last checkpoint and continues with the same batches and the same
 loss curve as an uninterrupted run; a finished one returns its final metrics; one made by another
@@ -32,6 +37,7 @@ from tqdm import tqdm
 
 from orchard.data.pipeline import make_dataset
 from orchard.data.vision_rows import IMAGE_FEATURES, ImageTable
+from orchard.distributed import global_batch, is_controller, is_multiprocess, lead
 from orchard.models.build import ModelSpec, build_model
 from orchard.models.sharding import MeshConfig
 from orchard.models.transformer import Transformer
@@ -76,7 +82,7 @@ def eval_loss(eval_step: Any, params: Any, config: SFTConfig, path: str, mesh: A
     sharding = batch_sharding(mesh, accumulated=False)
     for batch in make_dataset(path, seq_len=config.seq_len, batch_size=config.batch_size, seed=0, shuffle=False,
                               num_epochs=1, inputs=IMAGE_FEATURES if images is not None else ()):
-        loss, count = eval_step(params, jax.device_put(with_images(batch, images, config), sharding))
+        loss, count = eval_step(params, global_batch(with_images(batch, images, config), sharding))
         total, tokens = total + float(loss), tokens + float(count)
     return total / max(tokens, 1.0)
 
@@ -104,18 +110,24 @@ def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_e
     model to start from, for one the config cannot describe alone (a fresh VLM needs its token ids)."""
     inputs = inputs if inputs is not None else {
         "examples": file_fingerprint(examples), **({"eval": file_fingerprint(eval_examples)} if eval_examples else {})}
-    stage = Stage(workdir, "sft", config, {**inputs, "vocab_size": str(vocab_size)})
+    if is_multiprocess() and (images is not None or model is not None):
+        raise ValueError("SFT over several processes starts from config.model: a model or image table handed "
+                         "over in process cannot reach the others")
+    lead("sft", config=config, workdir=workdir, examples=examples, eval_examples=eval_examples,
+         vocab_size=vocab_size, inputs=inputs, rerun=rerun)
+    stage = Stage(workdir, "sft", config, {**inputs, "vocab_size": str(vocab_size)}, shared=True)
     if stage.open(rerun) == "done":
         return stage.summary()
     mesh = config.mesh.make()
-    model = model if model is not None else build_model(config.model, config.seed, vocab_size)
+    model = model if model is not None else build_model(config.model, config.seed, vocab_size, mesh=mesh)
     optimizer, schedule = make_optimizer(config.optim, config.num_steps)
     graphdef, state = init_state(model, optimizer, mesh)
     del model
     accum, rows = config.grad_accum, config.batch_size
     features = IMAGE_FEATURES if images is not None else ()
-    data = make_dataset(examples, seq_len=config.seq_len, batch_size=rows * accum, seed=config.seed,
-                        shard_index=jax.process_index(), shard_count=jax.process_count(), inputs=features)
+    # Every process reads the same global batches and places only its own rows (global_batch): a run over
+    # several processes trains on exactly the batches of a run on one.
+    data = make_dataset(examples, seq_len=config.seq_len, batch_size=rows * accum, seed=config.seed, inputs=features)
     checkpointer = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint_every)
     if (start := checkpointer.latest_step()) is not None:
         state = checkpointer.restore(start, state, data)
@@ -126,14 +138,14 @@ def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_e
     eval_step = make_eval_step(graphdef, grid)
     sharding = batch_sharding(mesh)
     last: dict[str, float] = {}
-    with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=start, desc="sft",
-                                                  unit="step", dynamic_ncols=True) as bar:
+    with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=start, desc="sft", unit="step",
+                                                  dynamic_ncols=True, disable=not is_controller()) as bar:
         started = time.perf_counter()
         for step in range(start + 1, config.num_steps + 1):
             batch = next(data)
             batch = with_images({k: np.reshape(v, (accum, rows, *v.shape[1:])) for k, v in batch.items()}, images,
                                 config)
-            state, step_metrics = train_step(state, jax.device_put(batch, sharding))
+            state, step_metrics = train_step(state, global_batch(batch, sharding))
             if step % config.log_every == 0 or step == config.num_steps:
                 last = {k: float(v) for k, v in jax.device_get(step_metrics).items()}
                 last["tokens_per_s"] = accum * rows * config.seq_len * config.log_every / max(

@@ -8,13 +8,16 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
+from flax import nnx
 from ml_collections import ConfigDict
 
 from configs.swe_bar import get_config
 from orchard.data.trajectory import Outcome, Trajectory, read_trajectories, save_trajectories
+from orchard.models import ModelConfig, Transformer, save_pretrained
 from orchard.recipes.report import check_config, plot_curves, summary_table
-from orchard.recipes.swe import RecipeResult, episodes_path, run, sampled_change
+from orchard.recipes.swe import RecipeResult, episodes_path, run, sampled_change, swe_config, trained_policy
 from orchard.tasks.swe.instance import SWEInstance, save_instances
 from orchard.tasks.swe.taskset import TaskSetConfig, split_task_set, unseen_tests
 
@@ -130,6 +133,20 @@ def test_a_field_that_does_not_fit_its_stage_is_named_before_anything_runs():
     config.rl.unlock()
     config.rl.num_step = 3  # a typo
     assert "rl: unknown field(s) num_step" in check_config(config)[0]
+
+
+def test_trained_policies_and_rl_compute_with_the_configs_model_settings(tmp_path):
+    config = get_config("tiny")
+    compute = {"dtype": "bfloat16", "param_dtype": "bfloat16", "attention_block": 64, "remat": "layer",
+               "logits_chunk": 256}
+    config.model.update(compute)
+    settings = swe_config(config)
+    assert {name: getattr(settings.rl, name) for name in compute} == compute  # RL builds its policy with these
+    directory = str(tmp_path / "policy")
+    save_pretrained(Transformer(ModelConfig.tiny(vocab_size=64), rngs=nnx.Rngs(0)), directory)  # float32, defaults
+    model = trained_policy(settings, directory)
+    assert {name: getattr(model.cfg, name) for name in compute} == compute
+    assert {str(x.dtype) for x in jax.tree.leaves(nnx.state(model, nnx.Param))} == {"bfloat16"}
 
 
 def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
