@@ -229,20 +229,29 @@ class OpenAIClient:
     def url(self, path: str) -> str:
         return self.root + "/" + path.lstrip("/")
 
-    def post(self, path: str, body: dict[str, Any] | None) -> Any:
-        """POST ``body`` and return the decoded reply, retrying as the policy says (blocking)."""
+    def post(self, path: str, body: dict[str, Any] | None, retry: RetryPolicy | None = None) -> Any:
+        """POST ``body`` and return the decoded reply, retrying as the policy says (blocking); ``retry``
+        overrides the client's policy for this call (``RetryPolicy(max_retries=0)``: a call that must not
+        be repeated, such as one that waits on a collective)."""
+        return self._request("POST", path, body, retry or self.retry)
+
+    def get(self, path: str, retry: RetryPolicy | None = None) -> Any:
+        """GET ``path`` and return the decoded reply, retrying as the policy says (blocking)."""
+        return self._request("GET", path, None, retry or self.retry)
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None, retry: RetryPolicy) -> Any:
         if self._sync is None:
             self._sync = httpx.Client(timeout=self.timeout, headers=self.headers)
         attempt = 0
         while True:
             try:
-                response = self._sync.post(self.url(path), json=body)
+                response = self._sync.request(method, self.url(path), json=body)
             except httpx.TransportError as exc:
-                wait = self._retry_transport(path, exc, attempt)
+                wait = self._retry_transport(path, exc, attempt, retry)
             else:
                 reply = _Reply(response.status_code, response.headers, response.content)
-                if (wait := self._retry_status(path, reply, attempt)) is None:
-                    return _decode("POST", self.url(path), reply)
+                if (wait := self._retry_status(path, reply, attempt, retry)) is None:
+                    return _decode(method, self.url(path), reply)
             time.sleep(wait)
             attempt += 1
 
@@ -298,19 +307,22 @@ class OpenAIClient:
             await asyncio.sleep(wait)
             attempt += 1
 
-    def _retry_transport(self, path: str, exc: Exception, attempt: int) -> float:
-        if attempt >= self.retry.max_retries:
+    def _retry_transport(self, path: str, exc: Exception, attempt: int, retry: RetryPolicy | None = None) -> float:
+        retry = retry or self.retry
+        if attempt >= retry.max_retries:
             raise OpenAIError(f"POST {self.url(path)} failed after {attempt + 1} attempts: {exc}") from exc
-        return self.retry.delay(attempt)
+        return retry.delay(attempt)
 
-    def _retry_status(self, path: str, response: _Reply, attempt: int) -> float | None:
+    def _retry_status(self, path: str, response: _Reply, attempt: int, retry: RetryPolicy | None = None
+                      ) -> float | None:
         """``None`` when the response is final (success or an error not worth retrying), else the wait."""
+        retry = retry or self.retry
         if response.status_code not in RETRY_STATUSES:
             return None
-        if attempt >= self.retry.max_retries:
+        if attempt >= retry.max_retries:
             raise OpenAIError(f"POST {self.url(path)} answered {response.status_code} after {attempt + 1} "
                               f"attempts: {_error_detail(response)}", response.status_code)
-        return self.retry.delay(attempt, response.headers.get("retry-after"))
+        return retry.delay(attempt, response.headers.get("retry-after"))
 
     def close(self) -> None:
         if self._sync is not None:

@@ -35,8 +35,10 @@ of vLLM 0.34.0 (all mounted only with ``VLLM_SERVER_DEV_MODE=1``, by
   ``{"success": bool}``, false while blocks are still held; older vLLM answers an empty 200.
 
 Errors are vLLM's ``{"error": {"message", "type", "param", "code"}}`` (older: the flat
-``{"object": "error", ...}``), which the client reads. Trainers that share GPUs with vLLM can plug
-in an NCCL or CUDA-IPC sync instead.
+``{"object": "error", ...}``), which the client reads. The pause, prefix-cache reset and resume around
+an update (:func:`while_paused`) are shared with the other sync,
+:class:`~orchard.rollout.weight_transfer.NcclWeightTransfer` (vLLM's native NCCL weight transfer, for a
+learner on GPUs that reach the servers' GPUs).
 """
 
 from __future__ import annotations
@@ -163,31 +165,41 @@ def reload_replicas(replicas: Sequence[OpenAIClient], path: str) -> None:
     """Have every replica serve the weights in ``path``: pause generation, reload, drop the prefix caches
     computed with the old weights, and resume (always, whatever failed). Each step runs on all the
     replicas at once; a replica's error names it."""
-    paused, error = _on_all(replicas, lambda r: _control(r, "/pause?mode=wait"))
+    while_paused(replicas, lambda: raise_first(on_all(replicas, lambda r: control(
+        r, "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}}))[1]))
+
+
+def while_paused(replicas: Sequence[OpenAIClient], update: Callable[[], None]) -> None:
+    """Run ``update`` (a weight update of every replica) while the replicas are paused (``/pause?mode=wait``:
+    requests in flight finish first), then drop their prefix caches (computed with the old weights) and
+    resume every replica that paused, whatever failed. The pause, the reset and the resume each run on all
+    the replicas at once; a replica's error names it (:func:`control`)."""
+    paused, error = on_all(replicas, lambda r: control(r, "/pause?mode=wait"))
     try:
-        _raise(error)
-        _raise(_on_all(replicas, lambda r: _control(
-            r, "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}}))[1])
-        _raise(_on_all(replicas, _reset_prefix_cache)[1])
+        raise_first(error)
+        update()
+        raise_first(on_all(replicas, _reset_prefix_cache)[1])
     finally:
-        _raise(_on_all(paused, lambda r: _control(r, "/resume"))[1])
+        raise_first(on_all(paused, lambda r: control(r, "/resume"))[1])
 
 
-def _control(replica: OpenAIClient, path: str, body: dict[str, Any] | None = None) -> Any:
+def control(replica: OpenAIClient, path: str, body: dict[str, Any] | None = None,
+            retry: RetryPolicy | None = None) -> Any:
+    """POST a control route of ``replica``; its error, as :class:`OpenAIError`, names the replica and route."""
     try:
-        return replica.post(path, body)
+        return replica.post(path, body, retry)
     except OpenAIError as exc:
         raise OpenAIError(f"weight sync: replica {replica.root} failed {path}: {exc}", exc.status) from exc
 
 
 def _reset_prefix_cache(replica: OpenAIClient) -> None:
-    reply = _control(replica, "/reset_prefix_cache")
+    reply = control(replica, "/reset_prefix_cache")
     if isinstance(reply, dict) and reply.get("success") is False:
         raise OpenAIError(f"weight sync: replica {replica.root} kept its prefix cache (blocks still held)")
 
 
-def _on_all(replicas: Sequence[OpenAIClient], call: Callable[[OpenAIClient], Any]
-            ) -> tuple[list[OpenAIClient], BaseException | None]:
+def on_all(replicas: Sequence[OpenAIClient], call: Callable[[OpenAIClient], Any]
+           ) -> tuple[list[OpenAIClient], BaseException | None]:
     """Run ``call`` on every replica at once: the replicas it succeeded on, and the first error."""
     if not replicas:
         return [], None
@@ -198,7 +210,8 @@ def _on_all(replicas: Sequence[OpenAIClient], call: Callable[[OpenAIClient], Any
             next((e for e in errors if e is not None), None))
 
 
-def _raise(error: BaseException | None) -> None:
+def raise_first(error: BaseException | None) -> None:
+    """Raise ``error`` (the first error of :func:`on_all`), if there is one."""
     if error is not None:
         raise error
 

@@ -27,6 +27,7 @@ def test_the_engine_protocol_its_types_and_an_http_engine_import_without_jax():
         from orchard.rollout.engine import RolloutEngine
         from orchard.rollout.types import Completion, SamplingParams, Weights
         from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk
+        from orchard.rollout.weight_transfer import NcclWeightTransfer
         import orchard.harness, orchard.harness.bash, orchard.harness.codeact, orchard.eval.runner
         engine = OpenAIEngine("http://127.0.0.1:9/v1", "policy", weight_sync=ReloadFromDisk("/tmp/unused"))
         print(SamplingParams(max_tokens=4).max_tokens, engine.model)

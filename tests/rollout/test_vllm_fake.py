@@ -1,6 +1,8 @@
 """OpenAIEngine and its versioned disk sync against fake vLLM replicas: loopback servers that answer the
 routes the engine uses as vLLM 0.34's source does (see the files named in orchard/rollout/openai_engine.py),
-or as older vLLM did (empty 200s, flat error bodies), and record every call."""
+or as older vLLM did (empty 200s, flat error bodies), and record every call. They also answer vLLM's
+weight-transfer routes (see orchard/rollout/weight_transfer.py) over :class:`FakeNcclGroup`, a stand-in for
+the NCCL group that the NCCL sync's tests (tests/rollout/test_weight_transfer.py) use."""
 
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ from orchard.rollout.types import SamplingParams
 
 FAST = RetryPolicy(max_retries=2, base_delay=0.001, max_delay=0.01)
 SYNC = ["/pause?mode=wait", "/collective_rpc", "/reset_prefix_cache", "/resume"]
+WEIGHT_TRANSFER_ROUTES = ("/get_world_size", "/init_weight_transfer_engine", "/start_weight_update",
+                          "/update_weights", "/finish_weight_update")
+INTERNAL_ERROR = (500, b"Internal Server Error")  # Starlette's answer to an exception no handler caught
 
 
 def completions_reply(body: dict[str, Any], sample: Callable[[list[int], int], list[int]]) -> dict[str, Any]:
@@ -45,14 +50,90 @@ def completions_reply(body: dict[str, Any], sample: Callable[[list[int], int], l
         for i, prompt in reversed(list(enumerate(body["prompt"])))]}
 
 
+class FakeNcclGroup:
+    """The NCCL group of a weight transfer, in one process: the trainer's end (a ``Communicator``: ``init``,
+    ``broadcast``, ``close``) and the fake replicas' workers (``join``, ``receive``), each waiting on the
+    others as NCCL does: the group forms once all ``world_size`` ranks have joined, and a broadcast is
+    delivered once every replica in the group is receiving (the trainer's waits time out after ``timeout``
+    seconds, the workers' after twice that, where NCCL would wait on). ``fail_at``: the broadcast (0-based)
+    that fails, as a broken link does."""
+
+    def __init__(self, timeout: float = 5.0, fail_at: int | None = None) -> None:
+        self.timeout, self.fail_at = timeout, fail_at
+        self.cond = threading.Condition()
+        self.members: dict[int, Any] = {}  # rank -> "trainer" or the FakeVLLM whose worker holds it
+        self.world_size: int | None = None
+        self.trainer_inits: list[tuple[str, int, int, int]] = []
+        self.sent: list[np.ndarray] = []  # every broadcast, in order
+        self.closes = 0
+
+    def _wait(self, ready: Callable[[], bool], what: str, worker: bool = False) -> None:
+        if not self.cond.wait_for(ready, self.timeout * (2 if worker else 1)):
+            raise TimeoutError(f"NCCL: timed out waiting for {what}")
+
+    def _formed(self) -> bool:
+        return self.world_size is not None and len(self.members) == self.world_size
+
+    def init(self, master_address: str, master_port: int, rank: int, world_size: int) -> None:
+        with self.cond:
+            self.trainer_inits.append((master_address, master_port, rank, world_size))
+            self.members[rank], self.world_size = "trainer", world_size
+            self.cond.notify_all()
+            self._wait(self._formed, "the group to form")
+
+    def replicas(self) -> list[Any]:
+        return list({id(m): m for m in self.members.values() if m != "trainer"}.values())
+
+    def broadcast(self, array: Any) -> None:
+        with self.cond:
+            if self.fail_at == len(self.sent):
+                raise RuntimeError("NCCL error: unhandled system error (remote process exited)")
+            self._wait(lambda: all(r.receiving for r in self.replicas()), "every replica to receive")
+            self.sent.append(np.asarray(array))
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closes += 1
+            self.members, self.world_size = {}, None
+
+    def join(self, replica: Any, init_info: dict[str, Any]) -> None:
+        """A replica's workers join at ``rank_offset`` (vLLM's NCCLWeightTransferEngine.init_transfer_engine)."""
+        with self.cond:
+            for rank in range(init_info["rank_offset"], init_info["rank_offset"] + replica.world_size):
+                self.members[rank] = replica
+            self.world_size = init_info["world_size"]
+            self.cond.notify_all()
+            self._wait(self._formed, "the group to form", worker=True)
+
+    def receive(self, replica: Any, count: int) -> list[np.ndarray]:
+        """The next ``count`` broadcasts, as a replica's workers receive them (one by one, unpacked)."""
+        with self.cond:
+            start, replica.receiving = len(self.sent), True
+            self.cond.notify_all()
+            try:
+                self._wait(lambda: len(self.sent) >= start + count, f"{count} tensors", worker=True)
+                return self.sent[start:start + count]
+            finally:
+                replica.receiving = False
+                self.cond.notify_all()
+
+
 class FakeVLLM:
     """One replica. ``legacy`` answers as older vLLM: empty 200s from the control routes and the flat
-    ``{"object": "error", ...}`` body; ``fail_reload`` makes ``reload_weights`` fail as a worker error does."""
+    ``{"object": "error", ...}`` body; ``fail_reload`` makes ``reload_weights`` fail as a worker error does.
+    With ``nccl`` (a server started with ``--weight-transfer-config '{"backend": "nccl"}'``), its
+    ``world_size`` workers join that group; ``fail_update`` makes ``/update_weights`` fail in the engine."""
 
-    def __init__(self, legacy: bool = False, fail_reload: bool = False) -> None:
+    def __init__(self, legacy: bool = False, fail_reload: bool = False, nccl: FakeNcclGroup | None = None,
+                 world_size: int = 1, fail_update: bool = False) -> None:
         self.legacy, self.fail_reload = legacy, fail_reload
+        self.nccl, self.world_size, self.fail_update = nccl, world_size, fail_update
         self.calls: list[tuple[str, Any]] = []  # (path with query, JSON body)
         self.paused, self.weights_path = False, None
+        self.receiving, self.updating = False, False
+        self.received: dict[str, np.ndarray] = {}  # the tensors the last NCCL update loaded, by name
+        self.weight_version: str | None = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -96,6 +177,8 @@ class FakeVLLM:
             return 200, None if self.legacy else {"results": [None]}
         if route == "/reset_prefix_cache":  # vllm/entrypoints/serve/dev/cache/api_router.py
             return 200, None if self.legacy else {"success": True}
+        if route in WEIGHT_TRANSFER_ROUTES:  # vllm/entrypoints/rl/online/api_router.py
+            return self.weight_transfer(route, body)
         if route == "/v1/completions":  # generated ids say which version sampled them
             if self.paused:  # RetryableRequestError, as AsyncLLM refuses requests while paused
                 return self.error("generation is paused", "ServiceUnavailableError", 503)
@@ -103,16 +186,61 @@ class FakeVLLM:
             return 200, completions_reply(body, lambda prompt, n: [version] * n)
         return 404, {"detail": "Not Found"}
 
+    def weight_transfer(self, route: str, body: Any) -> tuple[int, Any]:
+        """vLLM's weight-transfer routes: a missing ``init_info``/``update_info`` is an ``HTTPException(400)``
+        (rendered as vLLM's error body); an error in the engine is not caught by the routes, so Starlette
+        answers a plain-text 500."""
+        if route == "/get_world_size":
+            return 200, {"world_size": self.world_size}
+        if self.nccl is None:  # no --weight-transfer-config: the engine has no transfer engine to call
+            return INTERNAL_ERROR
+        if route == "/init_weight_transfer_engine":
+            if not isinstance(body, dict) or body.get("init_info") is None:
+                return self.error("Missing 'init_info' in request body", "Bad Request", 400)
+            assert set(body["init_info"]) == {"master_address", "master_port", "rank_offset", "world_size"}
+            try:
+                self.nccl.join(self, body["init_info"])
+            except TimeoutError:
+                return INTERNAL_ERROR
+            return 200, {"message": "Weight transfer initialized"}
+        if route == "/start_weight_update":
+            self.updating = True
+            return 200, {"message": "Weight update started"}
+        if route == "/update_weights":
+            if not isinstance(body, dict) or body.get("update_info") is None:
+                return self.error("Missing 'update_info' in request body", "Bad Request", 400)
+            info = body["update_info"]
+            if self.fail_update or not self.updating:
+                return INTERNAL_ERROR
+            try:
+                tensors = self.nccl.receive(self, len(info["names"]))
+            except TimeoutError:
+                return INTERNAL_ERROR
+            for name, dtype, shape, tensor in zip(info["names"], info["dtype_names"], info["shapes"], tensors,
+                                                  strict=True):
+                assert (list(tensor.shape), tensor.dtype.name) == (shape, dtype), name  # else NCCL would misread
+                self.received[name] = tensor
+            return 200, {"message": "Weights updated"}
+        if route == "/finish_weight_update":
+            self.updating, self.weight_version = False, (body or {}).get("weight_version")
+            return 200, {"message": "Weight update finished"}
+        raise AssertionError(route)
+
     def answer(self, handler: BaseHTTPRequestHandler, path: str, body: Any) -> None:
         self.calls.append((path, body))
         status, reply = self.route(path, body)
-        data = b"" if reply is None else json.dumps(reply).encode()
+        data = b"" if reply is None else reply if isinstance(reply, bytes) else json.dumps(reply).encode()
         handler.send_response(status)
         handler.send_header("Content-Length", str(len(data)))
-        if data:
+        if isinstance(reply, bytes):
+            handler.send_header("Content-Type", "text/plain; charset=utf-8")
+        elif data:
             handler.send_header("Content-Type", "application/json")
         handler.end_headers()
         handler.wfile.write(data)
+
+    def root_url(self) -> str:
+        return self.url.removesuffix("/v1")
 
     def sync_calls(self) -> list[str]:
         return [path for path, _ in self.calls if not path.startswith("/v1/")]
