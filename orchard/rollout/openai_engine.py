@@ -233,6 +233,7 @@ class OpenAIEngine:
         self.model = model
         self.weight_sync = weight_sync
         self.weight_version: int | None = None  # unknown until this engine updates the weights
+        self._syncs = 0  # weight syncs begun plus those ended (see _sampled_by)
 
     def post(self, path: str, body: dict | None) -> Any:
         """POST to the next replica's ``path`` (from its root; the replicas take turns), with the client's retries."""
@@ -247,15 +248,27 @@ class OpenAIEngine:
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
         """One completion per prompt, in one ``/v1/completions`` request (blocking)."""
-        version = self.weight_version
-        return self._completions(self.post("/v1/completions", self._request(prompts, sampling)), len(prompts), version)
+        sent = self._served()
+        reply = self.post("/v1/completions", self._request(prompts, sampling))
+        return self._completions(reply, len(prompts), self._sampled_by(sent))
 
     async def agenerate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Completion]:
         """:meth:`generate` on the event loop: the same request and reply, through the client's async face
         (aiohttp), so a process holds as many generations in flight as its callers ask for, no thread each."""
-        version = self.weight_version
+        sent = self._served()
         reply = await self.apost("/v1/completions", self._request(prompts, sampling))
-        return self._completions(reply, len(prompts), version)
+        return self._completions(reply, len(prompts), self._sampled_by(sent))
+
+    def _served(self) -> tuple[int, int | None]:
+        """What the replicas serve as a request leaves: the count of syncs begun and ended, and the version."""
+        return self._syncs, self.weight_version
+
+    def _sampled_by(self, sent: tuple[int, int | None]) -> int | None:
+        """The weights version that sampled a reply to a request sent when :meth:`_served` was ``sent``: that
+        version if no sync began or ended meanwhile (nor was running), else unknown (``None``): a request
+        refused during a sync's pause and retried after it was sampled by the new weights, not the old."""
+        syncs, version = sent
+        return version if syncs == self._syncs and syncs % 2 == 0 else None
 
     def _request(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams) -> dict[str, Any]:
         """The ``/v1/completions`` body: the prompts as token ids, the sampled ids and their logprobs asked back."""
@@ -289,11 +302,14 @@ class OpenAIEngine:
     def update_weights(self, weights: Weights) -> None:
         if self.weight_sync is None:
             raise RuntimeError("this OpenAIEngine has no weight_sync: pass ReloadFromDisk(model_dir) or your own")
+        self._syncs += 1  # odd while a sync runs: replies then are of no certain version
         try:
             self.weight_sync(weights, self)
         except BaseException:
             self.weight_version = None  # some replicas may have reloaded already: no version is certain
             raise
+        finally:
+            self._syncs += 1
         self.weight_version = weights.version
 
     def close(self) -> None:

@@ -430,3 +430,20 @@ def test_agenerate_sends_and_parses_as_generate_does_and_the_replicas_take_turns
     assert asent == sent == {"model": "policy", "prompt": prompts, "max_tokens": 3, "temperature": 0.7, "top_p": 0.9,
                              "seed": 11, "logprobs": 0, "return_token_ids": True, "top_k": 5, "stop": ["</x>"],
                              "stop_token_ids": [9]}
+
+
+def test_a_reply_to_a_request_that_outlived_a_sync_is_of_no_certain_version(replicas, served):
+    """A request refused during a sync's pause and retried after it is sampled by the new weights: the
+    version the engine had when it sent the request would mislabel it, so the reply carries none."""
+    engine = OpenAIEngine(replicas().url, "policy", weight_sync=ReloadFromDisk(served), retry=FAST)
+    engine.update_weights(ModelWeights.of(tiny(seed=1), 1))
+    post = engine.post
+
+    def post_while_a_sync_runs(path, body):
+        engine.update_weights(ModelWeights.of(tiny(seed=2), 2))
+        return post(path, body)
+
+    engine.post = post_while_a_sync_runs
+    assert [c.weight_version for c in engine.generate([[1, 2]], SamplingParams(max_tokens=3))] == [None]
+    engine.post = post
+    assert [c.weight_version for c in engine.generate([[1, 2]], SamplingParams(max_tokens=3))] == [2]
