@@ -1,6 +1,6 @@
 """One learner process of tests/test_distributed.py: SFT, then GRPO updates, over this process's CPU devices.
 
-Run as ``python -m tests.distributed_learner <workdir> <local devices>`` with, for a learner over several
+Run as ``python -m tests.distributed_learner <workdir> <local devices> [rl]`` with, for a learner over several
 processes, ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` set. With
 ``DIE_AFTER_STEP=n`` every process kills itself (SIGKILL) right after SFT step ``n``, as a preempted job's
 processes die.
@@ -10,7 +10,8 @@ trains the small model of tests/train/test_sft.py on a mesh of fsdp 2 x tp 2 (fo
 however many processes), so both the data-parallel and the tensor-parallel axes cross processes. GRPO
 runs three updates of :class:`~orchard.train.rl.Learner` on rollouts the controller alone holds (as its
 episodes would give it), recorded the way the proxy records an external harness's calls; each update's
-weight sync exports the weights (the controller writes ``served/v<version>``).
+weight sync exports the weights (the controller writes ``served/v<version>``). With ``rl``: the RL trainer
+itself, with episodes in real sandboxes and a real server (:func:`rl`).
 """
 
 from __future__ import annotations
@@ -109,5 +110,57 @@ def main(workdir: str, local_devices: int) -> None:
         write_json(os.path.join(workdir, "grpo", "metrics.json"), losses)
 
 
+def rl(workdir: str, local_devices: int) -> None:
+    """Two steps of ``train_rl`` as a recipe runs it: the controller runs the episodes in the orchestrator at
+    ``ORCHESTRATOR_URL`` (key ``ORCHESTRATOR_KEY``) with the policy served by ``orchard serve`` at
+    ``SERVER_URL`` (its model: ``SERVED_DIR``, also the policy RL starts from), syncs the server by disk
+    through ``<workdir>/weights``, and leads the others into the training."""
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    from orchard import distributed
+
+    distributed.initialize()
+
+    import asyncio
+    import shutil
+
+    from orchard.config import from_config
+    from orchard.data.trajectory import Outcome
+    from orchard.env import AsyncSandboxClient
+    from orchard.harness.bash import BashHarness
+    from orchard.harness.task import FunctionTask
+    from orchard.train.follow import follow_controller
+    from orchard.train.rl import RLConfig, train_rl
+
+    if not distributed.is_controller():
+        follow_controller()
+        return
+    served = os.environ["SERVED_DIR"]
+    weights = os.path.join(workdir, "weights")  # the server reloads each version from here
+    os.makedirs(weights, exist_ok=True)
+    for name in os.listdir(served):
+        if not name.endswith(".safetensors") and os.path.isfile(os.path.join(served, name)):
+            shutil.copy(os.path.join(served, name), weights)
+    config = from_config(RLConfig, {
+        "num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 1, "seq_len": 1280, "rows": 4, "micro_rows": 2,
+        "chat_format": "smollm2", "mesh": {"fsdp": 2, "tp": 2}, "optim": {"peak_lr": 1e-3, "warmup_steps": 1},
+        "sampler": {"name": "fixed", "group_size": 2},
+        "rollout": {"max_turns": 1, "max_new_tokens": 16, "concurrency": 2, "episode_seconds": 120},
+        "engine": {"kind": "openai", "url": os.environ["SERVER_URL"], "served_model": served, "weights_dir": weights}})
+
+    async def grade(_, trajectory):  # sample 0 wins: every group has variance
+        return Outcome(reward=1.0 if trajectory.metadata["sample"] == 0 else -1.0)
+
+    async def run() -> None:
+        async with AsyncSandboxClient(os.environ["ORCHESTRATOR_URL"], os.environ["ORCHESTRATOR_KEY"]) as client:
+            await train_rl(config, os.path.join(workdir, "rl"), client, [FunctionTask("hello", "Say hi.", grade_fn=grade)],
+                           BashHarness(), policy=served, inputs={"policy": "tiny"})
+
+    try:
+        asyncio.run(run())
+    finally:
+        distributed.release()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    (rl if sys.argv[3:] == ["rl"] else main)(sys.argv[1], int(sys.argv[2]))
