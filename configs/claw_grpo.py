@@ -12,7 +12,11 @@ Variants:
   qwen3_30b_a3b  the paper's setup: Qwen3-30B-A3B-Thinking from an SFT-ready checkpoint, 64K context, GRPO at
                  batch 8 x group 8 for 150 steps with the tests' binary reward, 64 sandboxes of 2 vCPU / 2 GiB at
                  once on the Kubernetes backend, rollouts from vLLM, a 600 s wall clock and no turn cap.
-                 ``--dry-run`` resolves and checks it and launches nothing.
+                 The learner slice of infra/gke (one 4x4x4 TPU v5p slice: 64 chips of 95 GiB, 16 hosts),
+                 mesh fsdp 16 x tp 2 x ep 2; the batches are micro-batches of 16 rows of 64K tokens, one a
+                 data-parallel group (SFT's 32 rows a step as 2 x 16, GRPO's 64 as 4 x 16), about 28 GiB
+                 a chip by orchard.train.plan's estimate (two rows a chip would be about 47 GiB).
+                 ``--dry-run`` resolves and checks it, prints its memory per device and launches nothing.
 
 Blocks: ``tasks``, ``teacher``, ``harness``, ``tokenizer``, ``sft`` (with ``sft.examples``), ``rl`` (with
 ``rl.rollout``), ``eval`` and ``env``; ``seed``, ``chat``, ``model`` and ``mesh`` are shared
@@ -47,13 +51,13 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # (the ReAct harness's tool schemas ~900 of them), so positions reach 8K.
     config.model = ConfigDict({"path": "", "init": {**ModelConfig.preset_fields("tiny"), "max_position_embeddings": 8192},
                                "dtype": "float32", "param_dtype": "float32"})
-    config.mesh = ConfigDict({"fsdp": 1, "tp": 1})
+    config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
     # Stage 3: SFT on every completed teacher episode, whole (a row holds one episode).
     config.sft = ConfigDict({"num_steps": 150, "log_every": 10, "eval_every": 150, "checkpoint_every": 50,
                              "seq_len": 4096, "batch_size": 2, "grad_accum": 1})
     config.sft.optim = ConfigDict({"peak_lr": 1e-2, "final_lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.01,
-                                   "clip_norm": 1.0})
+                                   "clip_norm": 1.0, "master_dtype": ""})
     config.sft.examples = ConfigDict({"eval_fraction": 0.1, "epsilon": 0.05, "observation_weight": 0.0})
 
     # Stage 4: GRPO, 4 prompts x groups of 4 (the paper's 8 x 8 scaled down), binary reward, no KL, clip 0.2 / 0.28.
@@ -61,7 +65,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
                             "eps_low": 0.2, "eps_high": 0.28, "seq_len": 6208, "rows": 16, "micro_rows": 2,
                             "rows_per": "trajectory"})
     config.rl.optim = ConfigDict({"peak_lr": 5e-4, "final_lr": 5e-4, "warmup_steps": 1, "weight_decay": 0.0,
-                                  "clip_norm": 1.0})
+                                  "clip_norm": 1.0, "master_dtype": ""})
     config.rl.sampler = ConfigDict({"name": "fixed", "group_size": 4})
     config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY"})
     # Episodes of RL and evaluation: a turn cap beside the wall clock (a departure: see orchard.recipes.claw).
@@ -86,12 +90,16 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.teacher.update({"samples": 4, "concurrency": 64})
         config.harness.update({"pool": 64})
         config.tokenizer.update({"path": "checkpoints/qwen3-30b-a3b-thinking", "train_vocab": 0})
-        config.model.update({"path": "checkpoints/qwen3-30b-a3b-thinking", "dtype": "bfloat16"})
-        config.sft.update({"num_steps": 400, "seq_len": 65536, "batch_size": 32})
-        config.sft.optim.update({"peak_lr": 1e-5, "final_lr": 1e-6})
+        # bfloat16 parameters and compute, AdamW on a float32 master copy (orchard.train.state.with_master_weights)
+        config.model.update({"path": "checkpoints/qwen3-30b-a3b-thinking", "dtype": "bfloat16",
+                             "param_dtype": "bfloat16"})
+        config.model.update({"init": ModelConfig.preset_fields("qwen3_30b_a3b"), "remat": "layer"})  # the shape it holds
+        # 32 rows a step as 2 micro-batches of 16: one 64K-token row a data-parallel group (the mesh below)
+        config.sft.update({"num_steps": 400, "seq_len": 65536, "batch_size": 16, "grad_accum": 2})
+        config.sft.optim.update({"peak_lr": 1e-5, "final_lr": 1e-6, "master_dtype": "float32"})
         config.rl.update({"num_steps": 150, "checkpoint_every": 10, "prompts_per_step": 8, "rows": 64,
-                          "micro_rows": 32, "seq_len": 65536})
-        config.rl.optim.update({"peak_lr": 1e-6, "final_lr": 1e-6, "warmup_steps": 5})
+                          "micro_rows": 16, "seq_len": 65536})
+        config.rl.optim.update({"peak_lr": 1e-6, "final_lr": 1e-6, "warmup_steps": 5, "master_dtype": "float32"})
         config.rl.sampler.group_size = 8
         config.rl.engine.update({"kind": "vllm", "url": "http://vllm.orchard.svc:8000/v1",
                                  "served_model": "qwen3-30b-a3b", "weights_dir": "/weights/policy"})
@@ -99,7 +107,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.rl.rollout.update({"max_new_tokens": 8192, "max_turns": 10_000, "max_context": 65536 - 64,
                                   "episode_seconds": 600.0, "concurrency": 64})
         config.eval.samples = 3
-        config.mesh.update({"fsdp": 32, "tp": 4})
+        config.mesh.update({"fsdp": 16, "tp": 2, "ep": 2, "device": "tpu-v5p"})  # the learner slice (infra/gke)
         config.env.update({"url": "http://orchard-env.orchard.svc:8080", "backend": "kubernetes"})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny, smoke or qwen3_30b_a3b")

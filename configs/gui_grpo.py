@@ -13,7 +13,12 @@ Variants:
   smoke            a minute's run of every stage (3 pages, a few steps): what the tests and the notebook's CI run use.
   qwen3vl_4b       the paper's setup: Qwen3-VL-4B from an HF directory with its vision tower and projector
                    frozen, lr 1e-5 SFT, GRPO with 15-step then 30-step episodes, rollouts from vLLM,
-                   sandboxes on Kubernetes. ``--dry-run`` resolves and checks it and launches nothing.
+                   sandboxes on Kubernetes. The learner runs on the cluster's learner slice (infra/gke: one
+                   4x4x4 TPU v5p slice, 64 chips of 95 GiB, 16 hosts), mesh fsdp 32 x tp 2: a micro-batch's
+                   32 rows of 64K tokens, one a data-parallel group, about 17 GiB a chip by
+                   orchard.train.plan's estimate (the vision tower's activations not counted). The GPU
+                   pool is vLLM's, and 8 H100s would hold 4 rows each (about 83 GiB): they do not fit.
+                   ``--dry-run`` resolves and checks it, prints its memory per device and launches nothing.
 
 Blocks: ``tasks``, ``teacher``, ``harness``, ``tokenizer``, ``sft`` (with ``sft.examples``), ``rl`` (with
 ``rl.rollout`` and ``rl.curriculum``), ``eval`` and ``env``; ``seed``, ``chat``, ``model`` and ``mesh`` are
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 from ml_collections import ConfigDict
 
-from orchard.models.build import tiny_vision_language
+from orchard.models.build import qwen3_vl_4b, tiny_vision_language
 
 # Single-action pages whose target a tiny model can find (a labelled button, a link, a box, a dialog's X),
 # and two-action ones, so the step budget matters.
@@ -51,14 +56,14 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # 160 x 224 screenshot is 35 tokens) trained from scratch; its images are not resized (min_pixels).
     config.model = ConfigDict({"path": "", "init": {**tiny_vision_language(), "processing": {"min_pixels": 4096}},
                                "dtype": "float32", "param_dtype": "float32"})
-    config.mesh = ConfigDict({"fsdp": 1, "tp": 1})
+    config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
     # Stage 3: per-turn SFT (each assistant turn its own example, supervised on that turn only). A row holds one
     # example: the harness's system turn (the 13 tool schemas) is ~1,600 tokens of this BPE, a turn ~1,800-2,300.
     config.sft = ConfigDict({"num_steps": 200, "log_every": 10, "eval_every": 200, "checkpoint_every": 50,
                              "seq_len": 2560, "batch_size": 4, "grad_accum": 1, "images_per_row": 1})
     config.sft.optim = ConfigDict({"peak_lr": 3e-3, "final_lr": 3e-4, "warmup_steps": 10, "weight_decay": 0.01,
-                                   "clip_norm": 1.0, "frozen": ()})
+                                   "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
     config.sft.examples = ConfigDict({"eval_fraction": 0.1})
 
     # Stage 4: GRPO, per-turn rows with the latest screenshot (k = 1), fixed groups of 4, no KL, clip 0.2 / 0.28,
@@ -68,7 +73,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
                             "eps_low": 0.2, "eps_high": 0.28, "seq_len": 2688, "rows": 64, "micro_rows": 4,
                             "rows_per": "turn", "context_images": 1, "images_per_row": 1, "eval_every": 4})
     config.rl.optim = ConfigDict({"peak_lr": 3e-4, "final_lr": 3e-4, "warmup_steps": 1, "weight_decay": 0.0,
-                                  "clip_norm": 1.0, "frozen": ()})
+                                  "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
     config.rl.sampler = ConfigDict({"name": "fixed", "group_size": 4})
     config.rl.curriculum = ConfigDict({"stages": ({"max_steps": 2, "min_steps": 2, "max_steps_in_stage": 4},
                                                   {"max_steps": 4}), "window": 2, "tolerance": 0.02})
@@ -99,12 +104,18 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.harness.update({"elements": False, "pool": 0})  # a sandbox per episode, as the paper
         config.tokenizer.update({"path": "checkpoints/qwen3-vl-4b-thinking", "train_vocab": 0})
         config.chat.format = "qwen3_vl"
-        config.model.update({"path": "checkpoints/qwen3-vl-4b-thinking", "dtype": "bfloat16"})
+        # bfloat16 parameters and compute, AdamW on a float32 master copy of the trained ones (not of the frozen
+        # vision tower: orchard.train.state.with_master_weights)
+        config.model.update({"path": "checkpoints/qwen3-vl-4b-thinking", "dtype": "bfloat16",
+                             "param_dtype": "bfloat16"})
+        config.model.update({"init": qwen3_vl_4b(), "remat": "layer"})  # the shape it holds, for --dry-run
         config.sft.update({"num_steps": 400, "seq_len": 65536, "batch_size": 32, "images_per_row": 1})
-        config.sft.optim.update({"peak_lr": 1e-5, "final_lr": 1e-6, "frozen": ("model.visual",)})
+        config.sft.optim.update({"peak_lr": 1e-5, "final_lr": 1e-6, "frozen": ("model.visual",),
+                                 "master_dtype": "float32"})
         config.rl.update({"num_steps": 200, "prompts_per_step": 32, "rows": 32 * 8 * 30, "micro_rows": 32,
                           "seq_len": 65536, "eval_every": 20})
-        config.rl.optim.update({"peak_lr": 1e-6, "final_lr": 1e-6, "frozen": ("model.visual",)})
+        config.rl.optim.update({"peak_lr": 1e-6, "final_lr": 1e-6, "frozen": ("model.visual",),
+                                "master_dtype": "float32"})
         config.rl.sampler.update({"group_size": 8})
         config.rl.curriculum.update({"stages": ({"max_steps": 15, "min_steps": 20}, {"max_steps": 30}), "window": 10})
         config.rl.engine.update({"kind": "vllm", "url": "http://vllm.orchard.svc:8000/v1",
@@ -112,7 +123,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.rl.rollout.update({"max_new_tokens": 2048, "max_turns": 30, "max_context": 65536 - 64,
                                   "episode_seconds": 1800.0, "concurrency": 256})
         config.eval.samples = 4
-        config.mesh.update({"fsdp": 8, "tp": 1})
+        config.mesh.update({"fsdp": 32, "tp": 2, "ep": 1, "device": "tpu-v5p"})  # the learner slice (infra/gke)
         config.env.update({"url": "http://orchard-env.orchard.svc:8080", "backend": "kubernetes"})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny, elements, smoke or qwen3vl_4b")

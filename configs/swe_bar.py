@@ -13,11 +13,17 @@ docs/benchmarks.md, the choices below included.
 
 Variants:
   tiny           the default above.
-  qwen3_30b_a3b  the paper's setup: Qwen3-30B-A3B from an SFT checkpoint, rollouts from a vLLM
+  qwen3_30b_a3b  the paper's setup: Qwen3-30B-A3B from the SFT checkpoint that
+                 configs/swe_sft.py:qwen3_30b_a3b exports (``upstream``; its ``export``,
+                 checkpoints/qwen3_30b_a3b_sft, with the base model's tokenizer), rollouts from a vLLM
                  server and sandboxes on the Kubernetes backend; rollout batch 16, N = 8,
                  N_max = 16, stride 16, window [0.375, 0.625], peak lr 1e-6 with cosine decay, 64K
-                 context, at most 150 steps. On a workstation, ``--dry-run`` resolves and checks it
-                 without launching anything.
+                 context, at most 150 steps, on the learner slice of infra/gke: one 4x4x4 TPU v5p slice
+                 (64 chips of 95 GiB, 16 hosts), mesh fsdp 16 x tp 2 x ep 2 (64 of the 128 experts a
+                 shard; a micro-batch's 16 rows of 64K tokens, one a data-parallel group), about 28 GiB a
+                 chip by orchard.train.plan's estimate. On a workstation, ``--dry-run`` resolves and
+                 checks it, prints its memory per device and checks the chain to the SFT run, without
+                 launching anything.
 
 The blocks are the stages' own configs (orchard.recipes.swe.swe_config): ``tasks``, ``teacher``,
 ``tokenizer``, ``sft`` (with ``sft.examples``), ``rl`` (with ``rl.rollout``, the episodes RL and
@@ -58,14 +64,14 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # 49K vocabulary would be 97% of its compute, hence the trained 2K BPE.
     config.model = ConfigDict({"path": "", "init": ModelConfig.preset_fields("tiny"), "dtype": "float32",
                                "param_dtype": "float32"})
-    config.mesh = ConfigDict({"fsdp": 1, "tp": 1})
+    config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
     # Stage 3: credit-assignment SFT, stopped early enough to leave RL rollouts that fail (docs/benchmarks.md). The
     # loss also weighs the tool output the policy is shown, at half an action token's weight (orchard.data.examples).
     config.sft = ConfigDict({"num_steps": 700, "log_every": 10, "eval_every": 700, "checkpoint_every": 100,
                              "seq_len": 1024, "batch_size": 4, "grad_accum": 1})
     config.sft.optim = ConfigDict({"peak_lr": 1e-2, "final_lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.01,
-                                   "clip_norm": 1.0})
+                                   "clip_norm": 1.0, "master_dtype": ""})
     config.sft.examples = ConfigDict({"eval_fraction": 0.05, "epsilon": 0.05, "observation_weight": 0.5})
 
     # Stage 4: BAR RL, 14 steps of 8 prompts (about 40 rollouts an update) at a constant 5e-4.
@@ -73,7 +79,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
                             "eps_low": 0.2, "eps_high": 0.28, "seq_len": 1600, "rows": 32, "micro_rows": 8,
                             "rows_per": "trajectory"})
     config.rl.optim = ConfigDict({"peak_lr": 5e-4, "final_lr": 5e-4, "warmup_steps": 1, "weight_decay": 0.0,
-                                  "clip_norm": 1.0})
+                                  "clip_norm": 1.0, "master_dtype": ""})
     config.rl.sampler = ConfigDict({"name": "bar", "group_size": 4, "max_budget": 8, "stride": 4,
                                     "rho_min": 0.25, "rho_max": 0.75})
     config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY"})
@@ -97,12 +103,17 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.tasks.update({"path": "data/swe/instances.jsonl", "held_out_helper_fraction": 0.0,
                              "held_out_fraction": 0.0, "rl_fraction": 0.0})
         config.teacher.update({"url": "", "samples": 0})  # SFT ran upstream (configs/swe_sft.py:qwen3_30b_a3b)
-        config.tokenizer.update({"path": "checkpoints/qwen3_30b_a3b_sft", "train_vocab": 0})
-        config.model.update({"path": "checkpoints/qwen3_30b_a3b_sft", "dtype": "bfloat16"})
+        # The run whose model this one loads (checked by --dry-run): its export is model.path, its tokenizer ours
+        # (the SFT run writes no tokenizer files).
+        config.upstream = "configs/swe_sft.py:qwen3_30b_a3b"
+        config.tokenizer.update({"path": "Qwen/Qwen3-30B-A3B", "train_vocab": 0})
+        # bfloat16 parameters and compute, AdamW on a float32 master copy (orchard.train.state.with_master_weights)
+        config.model.update({"path": "checkpoints/qwen3_30b_a3b_sft", "dtype": "bfloat16", "param_dtype": "bfloat16"})
+        config.model.update({"init": ModelConfig.preset_fields("qwen3_30b_a3b"), "remat": "layer"})  # the shape it holds
         config.sft.num_steps = 0
         config.rl.update({"num_steps": 150, "checkpoint_every": 10, "prompts_per_step": 16, "rows": 16 * 16,
-                          "micro_rows": 32, "seq_len": 65536})
-        config.rl.optim.update({"peak_lr": 1e-6, "final_lr": 1e-7, "warmup_steps": 5})
+                          "micro_rows": 16, "seq_len": 65536})
+        config.rl.optim.update({"peak_lr": 1e-6, "final_lr": 1e-7, "warmup_steps": 5, "master_dtype": "float32"})
         config.rl.engine.update({"kind": "vllm", "url": "http://vllm.orchard.svc:8000/v1",
                                  "served_model": "qwen3-30b-a3b", "weights_dir": "/weights/policy"})
         config.rl.sampler.update({"group_size": 8, "max_budget": 16, "stride": 16, "rho_min": 0.375,
@@ -110,7 +121,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
         # instances.jsonl holds the ~2K prompts already filtered to (0, 0.5]
         config.rl.rollout.update({"max_new_tokens": 8192, "max_turns": 100, "max_context": 65536 - 64,
                                   "episode_seconds": 3600.0, "concurrency": 256})
-        config.mesh.update({"fsdp": 32, "tp": 4})
+        # The learner slice (infra/gke: 4x4x4 v5p, 64 chips); tests/infra checks that they agree.
+        config.mesh.update({"fsdp": 16, "tp": 2, "ep": 2, "device": "tpu-v5p"})
         config.env.update({"url": "http://orchard-env.orchard.svc:8080", "backend": "kubernetes"})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny or qwen3_30b_a3b")

@@ -31,6 +31,7 @@ fi
 if [[ "$DRY_RUN" == 1 ]] || gcloud container clusters get-credentials "$CLUSTER" \
     --project "$PROJECT_ID" --region "$REGION" >/dev/null 2>&1; then
   run kubectl delete --ignore-not-found -f "$here/manifests/learner-jobset.yaml"
+  run kubectl delete --ignore-not-found -f "$here/manifests/learner-jobset-gpu.yaml"
   run kubectl delete --ignore-not-found -f "$here/manifests/vllm.yaml"
   run kubectl delete --ignore-not-found -k "$here/../k8s/overlays/gke"
   # StatefulSet claims outlive their pods: release the Redis disk explicitly.

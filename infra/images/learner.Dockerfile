@@ -6,7 +6,9 @@
 #   docker build -f infra/images/learner.Dockerfile -t ghcr.io/orchard-ai/orchard-learner:0.1.0 .
 #
 # JAX_EXTRA picks the accelerator: `tpu` (default; jax[tpu] pulls libtpu from PyPI), `cuda12` for
-# GPUs, or `cpu`. JAX_VERSION must match the jax the project is tested with.
+# GPUs, or `cpu`. JAX_VERSION must match the jax the project is tested with. The GPU learner
+# (infra/gke/manifests/learner-jobset-gpu.yaml) runs the CUDA build, tagged apart:
+#   docker build -f infra/images/learner.Dockerfile --build-arg JAX_EXTRA=cuda12 -t ghcr.io/orchard-ai/orchard-learner:0.1.0-cuda12 .
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build

@@ -15,7 +15,14 @@ from orchard.models.sharding import shard_model
 from orchard.models.shipped import resolve
 from orchard.models.transformer import Transformer
 from orchard.models.vision import VisionConfig
-from orchard.models.vlm import TINY_TEXT, TINY_VISION, VisionLanguageModel, VLMConfig
+from orchard.models.vlm import (
+    QWEN3_VL_4B_TEXT,
+    QWEN3_VL_4B_VISION,
+    TINY_TEXT,
+    TINY_VISION,
+    VisionLanguageModel,
+    VLMConfig,
+)
 from orchard.models.weights import from_pretrained
 
 
@@ -26,7 +33,9 @@ class ModelSpec:
     :class:`~orchard.models.config.ModelConfig` fields in ``init`` (``vocab_size`` 0: the
     tokenizer's). ``dtype`` is the compute dtype, ``param_dtype`` the stored one; ``attention_block``,
     ``remat`` and ``logits_chunk`` say how the language model's passes are computed (the
-    :class:`~orchard.models.config.ModelConfig` fields), for a checkpoint as for a fresh model."""
+    :class:`~orchard.models.config.ModelConfig` fields), for a checkpoint as for a fresh model. With a
+    ``path``, ``init`` builds nothing; a variant whose path is not there yet (made by an earlier run) sets it to
+    the shape that path will hold, which ``--dry-run`` plans from (:mod:`orchard.train.plan`)."""
 
     path: str = ""
     init: Mapping[str, Any] = field(default_factory=lambda: ModelConfig.preset_fields("tiny"))
@@ -68,6 +77,15 @@ def tiny_vision_language() -> dict[str, Any]:
     and :data:`~orchard.models.vlm.TINY_VISION`)."""
     return {"text": {**TINY_TEXT, "mrope_section": list(TINY_TEXT["mrope_section"])},
             "vision": {**TINY_VISION, "deepstack_visual_indexes": list(TINY_VISION["deepstack_visual_indexes"])}}
+
+
+def qwen3_vl_4b() -> dict[str, Any]:
+    """Qwen3-VL-4B's shape as an ``init`` (:data:`orchard.models.vlm.QWEN3_VL_4B_TEXT` and
+    :data:`~orchard.models.vlm.QWEN3_VL_4B_VISION`): what a variant loading that checkpoint names, so
+    ``--dry-run`` can plan before the directory is there."""
+    return {"text": {**QWEN3_VL_4B_TEXT, "mrope_section": list(QWEN3_VL_4B_TEXT["mrope_section"])},
+            "vision": {**QWEN3_VL_4B_VISION,
+                       "deepstack_visual_indexes": list(QWEN3_VL_4B_VISION["deepstack_visual_indexes"])}}
 
 
 def _vocab(fields: Mapping[str, Any], vocab_size: int | None) -> int:

@@ -11,9 +11,16 @@ SUPPORTED = ("llama", "qwen2", "qwen3", "qwen3_moe")
 
 # Named shapes of models trained from scratch (the vocabulary comes from the tokenizer):
 # tiny: the embedded defaults' policy, 2 layers of width 64 (0.1M parameters besides the embedding).
+# qwen3_30b_a3b: Qwen3-30B-A3B's architecture (its config.json: 48 layers, 128 experts of which 8 a token,
+# 30.5B parameters), what a large variant names for the directory it will load (``--dry-run`` plans from it).
 PRESETS: dict[str, dict] = {
     "tiny": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 192, "num_layers": 2, "num_heads": 4,
              "num_kv_heads": 2, "head_dim": 16, "tie_word_embeddings": True, "max_position_embeddings": 2048},
+    "qwen3_30b_a3b": {"model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
+                      "intermediate_size": 6144, "num_layers": 48, "num_heads": 32, "num_kv_heads": 4,
+                      "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "qk_norm": True,
+                      "tie_word_embeddings": False, "max_position_embeddings": 40960, "num_experts": 128,
+                      "num_experts_per_tok": 8, "moe_intermediate_size": 768, "norm_topk_prob": True},
 }
 
 

@@ -30,13 +30,18 @@ RULES: dict[str, str | None] = {
 
 @dataclass(frozen=True)
 class MeshConfig:
-    """The device mesh of a stage: data parallel (``fsdp``, parameters sharded too) x tensor parallel."""
+    """The device mesh of a stage: data parallel (``fsdp``, parameters sharded too) x tensor parallel x
+    expert parallel (``ep``: a mixture of experts' experts split over it, the tokens replicated), and the
+    accelerator it runs on (``device``, a key of ``orchard.train.plan.DEVICE_MEMORY``: what ``--dry-run``
+    checks the memory per device against; empty: not checked)."""
 
     fsdp: int = 1
     tp: int = 1
+    ep: int = 1
+    device: str = ""
 
     def make(self) -> Mesh:
-        return make_mesh(self.fsdp, self.tp)
+        return make_mesh(self.fsdp, self.tp, self.ep)
 
 
 def make_mesh(fsdp: int = 1, tp: int = 1, ep: int = 1, devices: list | None = None) -> Mesh:

@@ -43,6 +43,16 @@ TINY_TEXT = {**ModelConfig.preset_fields("tiny"), "model_type": "qwen3", "qk_nor
 TINY_VISION = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4, "patch_size": 16,
                "num_position_embeddings": 64, "deepstack_visual_indexes": (0,)}
 
+# Qwen3-VL-4B's shape (its config.json's text_config and vision_config): a Qwen3-4B language model
+# (36 layers of width 2560, tied embeddings) and a 24-block tower of width 1024 with DeepStack after
+# blocks 5, 11 and 17.
+QWEN3_VL_4B_TEXT = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
+                    "num_layers": 36, "num_heads": 32, "num_kv_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-6,
+                    "rope_theta": 5_000_000.0, "qk_norm": True, "tie_word_embeddings": True,
+                    "max_position_embeddings": 262144, "mrope_section": (24, 20, 20)}
+QWEN3_VL_4B_VISION = {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "patch_size": 16,
+                      "num_position_embeddings": 2304, "deepstack_visual_indexes": (5, 11, 17)}
+
 
 @dataclass(frozen=True)
 class VLMConfig:

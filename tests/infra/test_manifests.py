@@ -14,7 +14,9 @@ No Kubernetes API server can run on these machines, so this is what is checked i
   - the backend config;
   - resource limits and pinned images;
   - agreement between configs/swe_bar.py, the manifests and the cluster scripts (names, ports,
-    the mesh size).
+    the mesh size and device), and of the other paper variants' meshes with the learner slice;
+  - how the learner's processes find each other (orchard.distributed): detection on the TPU slice,
+    explicit settings on GPU hosts.
 """
 
 from __future__ import annotations
@@ -37,7 +39,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from orchard.distributed import (
+    COORDINATOR_ENV,
+    INDEXED_JOB_ENV,
+    NUM_PROCESSES_ENV,
+    PROCESS_ID_ENV,
+    ProcessGroup,
+)
 from orchard.env.backends.kubernetes.options import KubernetesOptions
+from orchard.train.plan import DEVICE_MEMORY
 from tests.conftest import K8S_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +79,13 @@ JOBSET_SPEC_FIELDS = {"coordinator", "failurePolicy", "managedBy", "network", "r
                       "successPolicy", "suspend", "ttlSecondsAfterFinished"}
 JOBSET_REPLICATED_JOB_FIELDS = {"dependsOn", "groupName", "name", "replicas", "template"}
 JOBSET_FAILURE_POLICY_FIELDS = {"maxRestarts", "restartStrategy", "rules"}
+JOBSET_NETWORK_FIELDS = {"enableDNSHostnames", "subdomain", "publishNotReadyAddresses"}
+# The learner's manifests: the TPU slice's (JAX detects its peers) and the GPU hosts' (explicit settings).
+TPU_LEARNER = INFRA / "gke/manifests/learner-jobset.yaml"
+GPU_LEARNER = INFRA / "gke/manifests/learner-jobset-gpu.yaml"
+# The paper variants that train on the learner slice: each one's mesh is the whole slice.
+SLICE_VARIANTS = ("swe_bar.py:qwen3_30b_a3b", "swe_sft.py:qwen3_30b_a3b", "claw_grpo.py:qwen3_30b_a3b",
+                  "gui_grpo.py:qwen3vl_4b")
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -203,6 +220,8 @@ def jobset_errors(doc: dict) -> list[str]:
         errors.append(f"{name}: unknown spec fields {sorted(unknown)}")
     if unknown := set(doc["spec"].get("failurePolicy", {})) - JOBSET_FAILURE_POLICY_FIELDS:
         errors.append(f"{name}: unknown failurePolicy fields {sorted(unknown)}")
+    if unknown := set(doc["spec"].get("network", {})) - JOBSET_NETWORK_FIELDS:
+        errors.append(f"{name}: unknown network fields {sorted(unknown)}")
     for replicated in doc["spec"]["replicatedJobs"]:
         if unknown := set(replicated) - JOBSET_REPLICATED_JOB_FIELDS:
             errors.append(f"{name}: unknown replicatedJobs fields {sorted(unknown)}")
@@ -265,11 +284,27 @@ def node_pool(commands: list[list[str]], name: str) -> dict[str, list[str]]:
     return flags(found[0])
 
 
-def recipe_config():
-    spec = importlib.util.spec_from_file_location("swe_bar_config", ROOT / "configs/swe_bar.py")
+def recipe_config(named: str = "swe_bar.py:qwen3_30b_a3b"):
+    file, _, variant = named.partition(":")
+    spec = importlib.util.spec_from_file_location(f"config_{file.removesuffix('.py')}", ROOT / "configs" / file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config("qwen3_30b_a3b")
+    return module.get_config(variant)
+
+
+def learner_job(path: Path) -> tuple[dict, dict, dict, dict]:
+    """A learner manifest's JobSet, its one replicated job, that job's spec and its one container."""
+    (jobset,) = load(path)
+    assert jobset["kind"] == "JobSet" and jobset["metadata"]["namespace"] == "orchard"
+    (replicated,) = jobset["spec"]["replicatedJobs"]
+    job = replicated["template"]["spec"]
+    (container,) = job["template"]["spec"]["containers"]
+    return jobset, replicated, job, container
+
+
+def container_port(container: dict, name: str) -> int:
+    (port,) = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == name]
+    return port
 
 
 # --- kustomize and schemas ---------------------------------------------------------------------------
@@ -296,14 +331,16 @@ def test_validation_is_strict():
     deployment = orchestrator(render("base"))
     broken = {**deployment, "spec": {**deployment["spec"], "replica": 2}}
     assert validation_errors([broken])
-    jobset = one(load(INFRA / "gke/manifests/learner-jobset.yaml"), "JobSet", "orchard-learner")
+    jobset = one(load(TPU_LEARNER), "JobSet", "orchard-learner")
     job = jobset["spec"]["replicatedJobs"][0]
     broken_job = {**job, "template": {"spec": {**job["template"]["spec"], "paralelism": 1}}}
     assert jobset_errors({**jobset, "spec": {**jobset["spec"], "replicatedJobs": [broken_job]}})
+    assert not jobset_errors(jobset)
+    assert jobset_errors({**jobset, "spec": {**jobset["spec"], "network": {"enableDnsHostnames": True}}})
 
 
 def test_manifest_set_is_complete():
-    assert [p.name for p in GKE_MANIFESTS] == ["learner-jobset.yaml", "vllm.yaml"]
+    assert [p.name for p in GKE_MANIFESTS] == ["learner-jobset-gpu.yaml", "learner-jobset.yaml", "vllm.yaml"]
     assert [p.name for p in SCRIPTS] == ["create-cluster.sh", "delete-cluster.sh"]
 
 
@@ -624,8 +661,7 @@ def test_recipe_addresses_match_the_manifests():
     assert {"name": "VLLM_SERVER_DEV_MODE", "value": "1"} in container["env"]
     for probe in ("readinessProbe", "startupProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] == "/health"
-    # The learner writes where vLLM reads: the same claim and subPath behind weights_dir's parent.
-    jobset = one(load(INFRA / "gke/manifests/learner-jobset.yaml"), "JobSet", "orchard-learner", "orchard")
+    # The learners write where vLLM reads: the same claim and subPath behind weights_dir's parent.
 
     def weights_source(spec: dict, container: dict) -> tuple[str, str]:
         volumes = {v["name"]: v for v in spec["volumes"]}
@@ -634,40 +670,113 @@ def test_recipe_addresses_match_the_manifests():
                 return volumes[mount["name"]]["persistentVolumeClaim"]["claimName"], mount.get("subPath", "")
         raise AssertionError(f"{container['name']} does not mount {config.rl.engine.weights_dir}")
 
-    learner_spec = pod_spec(jobset)
-    (learner,) = learner_spec["containers"]
     shared = weights_source(vllm["spec"]["template"]["spec"], container)
-    assert shared == weights_source(learner_spec, learner)
     claim = one(vllm_docs, "PersistentVolumeClaim", shared[0], "orchard")
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
-    # The learner gets the API key the recipe reads when config.env.api_key is empty.
     assert config.env.api_key == ""
-    env = {e["name"]: e for e in learner["env"]}
-    assert env["ORCHARD_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "orchard-api-key", "key": "api-key"}
-    assert "--config=/app/configs/swe_bar.py:qwen3_30b_a3b" in learner["args"]
+    for path in (TPU_LEARNER, GPU_LEARNER):  # the TPU slice's learner and the GPU hosts' alike
+        learner_spec = pod_spec(one(load(path), "JobSet", load(path)[0]["metadata"]["name"], "orchard"))
+        (learner,) = learner_spec["containers"]
+        assert shared == weights_source(learner_spec, learner), path.name
+        # The learner gets the API key the recipe reads when config.env.api_key is empty.
+        env = {e["name"]: e for e in learner["env"]}
+        assert env["ORCHARD_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "orchard-api-key", "key": "api-key"}
+        assert "--config=/app/configs/swe_bar.py:qwen3_30b_a3b" in learner["args"]
 
 
 def test_learner_slice_matches_the_mesh_and_the_pool():
     config = recipe_config()
-    chips = config.mesh.fsdp * config.mesh.tp
-    jobset = one(load(INFRA / "gke/manifests/learner-jobset.yaml"), "JobSet", "orchard-learner", "orchard")
-    (replicated,) = jobset["spec"]["replicatedJobs"]
-    job = replicated["template"]["spec"]
+    chips = config.mesh.fsdp * config.mesh.tp * config.mesh.ep
+    jobset, replicated, job, learner = learner_job(TPU_LEARNER)
+    assert jobset["metadata"]["name"] == "orchard-learner"
     assert job["parallelism"] == job["completions"]
     assert job["completionMode"] == "Indexed"
     spec = job["template"]["spec"]
-    (learner,) = spec["containers"]
     per_host = int(learner["resources"]["limits"]["google.com/tpu"])
     assert learner["resources"]["requests"]["google.com/tpu"] == learner["resources"]["limits"]["google.com/tpu"]
     assert replicated["replicas"] * job["parallelism"] * per_host == chips
     topology = spec["nodeSelector"]["cloud.google.com/gke-tpu-topology"]
     assert math.prod(int(d) for d in topology.split("x")) == chips
-    assert spec["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v5-lite-podslice"
+    # TPU v5p (95 GiB a chip): the GKE label, machine type and 3-D topology of a v5p slice.
+    assert spec["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v5p-slice"
+    assert config.mesh.device == "tpu-v5p" and DEVICE_MEMORY["tpu-v5p"] == 95 << 30
+    assert len(topology.split("x")) == 3
     # create-cluster.sh makes that slice.
     pool = node_pool(script_commands(INFRA / "gke/create-cluster.sh"), "tpu")
     assert pool["--tpu-topology"] == [topology]
-    assert pool["--machine-type"] == ["ct5lp-hightpu-4t"]  # v5e, 4 chips per host
+    assert pool["--machine-type"] == ["ct5p-hightpu-4t"]  # v5p, 4 chips per host
     assert int(pool["--num-nodes"][0]) == job["parallelism"] and per_host == 4
+
+
+@pytest.mark.parametrize("named", SLICE_VARIANTS)
+def test_every_paper_variant_fills_the_learner_slice(named):
+    """Each large variant's mesh is the slice's chips, on the slice's device, so the same JobSet runs it."""
+    config = recipe_config(named)
+    _, replicated, job, learner = learner_job(TPU_LEARNER)
+    chips = replicated["replicas"] * job["parallelism"] * int(learner["resources"]["limits"]["google.com/tpu"])
+    assert (config.mesh.fsdp * config.mesh.tp * config.mesh.ep, config.mesh.device) == (chips, "tpu-v5p")
+
+
+def test_tpu_learner_joins_by_detection():
+    """On the slice, JAX finds its peers itself (orchard.distributed: TPU_WORKER_HOSTNAMES from GKE's TPU
+    webhook, which needs an Indexed Job whose pods have DNS hostnames); no explicit settings override it."""
+    jobset, replicated, job, learner = learner_job(TPU_LEARNER)
+    names = {e["name"] for e in learner.get("env", [])}
+    assert not names & {COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV}, names
+    hosts = int(node_pool(script_commands(INFRA / "gke/create-cluster.sh"), "tpu")["--num-nodes"][0])
+    assert replicated["replicas"] == 1
+    assert job["completionMode"] == "Indexed" and job["parallelism"] == job["completions"] == hosts
+    assert jobset["spec"]["network"]["enableDNSHostnames"] is True
+    # The coordinator port JAX's GKE TPU detection uses (a private constant: checked when it is there).
+    try:
+        from jax._src.clusters.cloud_tpu_cluster import coordinator_port
+    except ImportError:
+        coordinator_port = None
+    if coordinator_port is not None:
+        assert container_port(learner, "jax-coord") == int(coordinator_port)
+
+
+def test_gpu_learner_sets_the_explicit_settings():
+    """On GPU hosts the manifest names the coordinator: process 0's JobSet hostname and the port it
+    exposes, the process count = the Job's pods; each pod's id is its completion index."""
+    jobset, replicated, job, learner = learner_job(GPU_LEARNER)
+    env = {e["name"]: e["value"] for e in learner["env"] if "value" in e}
+    assert PROCESS_ID_ENV not in env, "the id is each pod's own: JOB_COMPLETION_INDEX"
+    assert job["completionMode"] == "Indexed" and replicated["replicas"] == 1
+    hosts = job["parallelism"]
+    assert job["completions"] == hosts == int(env[NUM_PROCESSES_ENV])
+    # <jobset>-<replicatedJob>-<job index>-<pod index>.<subdomain>, the subdomain defaulting to the JobSet's name.
+    network = jobset["spec"]["network"]
+    assert network["enableDNSHostnames"] is True
+    name = jobset["metadata"]["name"]
+    host, _, port = env[COORDINATOR_ENV].rpartition(":")
+    assert host == f"{name}-{replicated['name']}-0-0.{network.get('subdomain', name)}"
+    assert int(port) == container_port(learner, "jax-coord")
+    # orchard.distributed accepts what the first and the last pod get, and refuses an index past the count.
+    first = ProcessGroup.from_env({**env, INDEXED_JOB_ENV: "0"})
+    last = ProcessGroup.from_env({**env, INDEXED_JOB_ENV: str(hosts - 1)})
+    assert first == ProcessGroup(env[COORDINATOR_ENV], hosts, 0)
+    assert last == ProcessGroup(env[COORDINATOR_ENV], hosts, hosts - 1)
+    with pytest.raises(ValueError):
+        ProcessGroup.from_env({**env, INDEXED_JOB_ENV: str(hosts)})
+    # The mesh of the config it runs, on these GPUs: hosts x GPUs a host, on a device the plan knows.
+    per_host = int(learner["resources"]["limits"]["nvidia.com/gpu"])
+    assert learner["resources"]["requests"]["nvidia.com/gpu"] == str(per_host) and per_host == 8
+    args = dict(a.removeprefix("--").split("=", 1) for a in learner["args"])
+    config = recipe_config(args["config"].removeprefix("/app/configs/"))
+    assert config.mesh.fsdp * config.mesh.tp * config.mesh.ep == hosts * per_host
+    assert args["config.mesh.device"] in DEVICE_MEMORY and args["config.mesh.device"].startswith("h")
+    # create-cluster.sh makes those hosts when asked (GPU_LEARNER_NODES), and only then.
+    assert not [c for c in script_commands(INFRA / "gke/create-cluster.sh") if "gpu-learner" in c]
+    pool = node_pool(script_commands(INFRA / "gke/create-cluster.sh", GPU_LEARNER_NODES=str(hosts)), "gpu-learner")
+    accelerator = dict(part.split("=", 1) for part in pool["--accelerator"][0].split(","))
+    selector = job["template"]["spec"]["nodeSelector"]
+    assert accelerator["type"] == selector["cloud.google.com/gke-accelerator"]
+    assert int(accelerator["count"]) == per_host and int(pool["--num-nodes"][0]) == hosts
+    assert [f"orchard.dev/pool={selector['orchard.dev/pool']}"] == pool["--node-labels"]
+    # vLLM's pool has the same GPUs and taint: vLLM selects its own pool, not the learner's.
+    vllm = one(load(INFRA / "gke/manifests/vllm.yaml"), "Deployment", "vllm")
+    assert vllm["spec"]["template"]["spec"]["nodeSelector"]["orchard.dev/pool"] != selector["orchard.dev/pool"]
 
 
 # --- the cluster scripts -----------------------------------------------------------------------------
