@@ -1,6 +1,6 @@
 """One learner process of tests/test_distributed.py: SFT, then GRPO updates, over this process's CPU devices.
 
-Run as ``python -m tests.distributed_learner <workdir> <local devices> [rl]`` with, for a learner over several
+Run as ``python -m tests.distributed_learner <workdir> <local devices>`` with, for a learner over several
 processes, ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` set. With
 ``DIE_AFTER_STEP=n`` every process kills itself (SIGKILL) right after SFT step ``n``, as a preempted job's
 processes die.
@@ -10,8 +10,8 @@ trains the small model of tests/train/test_sft.py on a mesh of fsdp 2 x tp 2 (fo
 however many processes), so both the data-parallel and the tensor-parallel axes cross processes. GRPO
 runs three updates of :class:`~orchard.train.rl.Learner` on rollouts the controller alone holds (as its
 episodes would give it), recorded the way the proxy records an external harness's calls; each update's
-weight sync exports the weights (the controller writes ``served/v<version>``). With ``rl``: the RL trainer
-itself, with episodes in real sandboxes and a real server (:func:`rl`).
+weight sync exports the weights (the controller writes ``served/v<version>``). Then, with ``SERVER_URL``
+set, the RL trainer itself, with episodes in real sandboxes and a real server (:func:`rl`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def main(workdir: str, local_devices: int) -> None:
     else:
         follow_controller()
 
-    rl = RLConfig(seq_len=64, rows=8, micro_rows=4)
+    grpo = RLConfig(seq_len=64, rows=8, micro_rows=4)
     model = Transformer(ModelConfig(**small, dtype="float32"), rngs=nnx.Rngs(3))
     optimizer, schedule = make_optimizer(OptimConfig(1e-2, 1e-3, 1), 3)
     graphdef, state = init_state(model, optimizer, MeshConfig(**mesh).make())
@@ -98,7 +98,7 @@ def main(workdir: str, local_devices: int) -> None:
 
 
     step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
-    learner = Learner(graphdef, lambda grid: step, MeshConfig(**mesh).make(), Exporter(), None, rl)
+    learner = Learner(graphdef, lambda grid: step, MeshConfig(**mesh).make(), Exporter(), None, grpo)
     losses = []
     for update in range(3):
         groups = [GroupResult([rollout(task, sample, update) for sample in range(2)], spent=2)
@@ -108,22 +108,19 @@ def main(workdir: str, local_devices: int) -> None:
     ModelWeights(graphdef, state.params).save_pretrained(os.path.join(workdir, "grpo", "model"))
     if distributed.is_controller():
         write_json(os.path.join(workdir, "grpo", "metrics.json"), losses)
+    if "SERVER_URL" in os.environ:
+        rl(workdir)
 
 
-def rl(workdir: str, local_devices: int) -> None:
+def rl(workdir: str) -> None:
     """Two steps of ``train_rl`` as a recipe runs it: the controller runs the episodes in the orchestrator at
     ``ORCHESTRATOR_URL`` (key ``ORCHESTRATOR_KEY``) with the policy served by ``orchard serve`` at
     ``SERVER_URL`` (its model: ``SERVED_DIR``, also the policy RL starts from), syncs the server by disk
     through ``<workdir>/weights``, and leads the others into the training."""
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    from orchard import distributed
-
-    distributed.initialize()
-
     import asyncio
     import shutil
 
+    from orchard import distributed
     from orchard.config import from_config
     from orchard.data.trajectory import Outcome
     from orchard.env import AsyncSandboxClient
@@ -163,4 +160,4 @@ def rl(workdir: str, local_devices: int) -> None:
 
 
 if __name__ == "__main__":
-    (rl if sys.argv[3:] == ["rl"] else main)(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]))

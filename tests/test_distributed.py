@@ -1,5 +1,6 @@
 """A learner over several processes: the settings it reads, and two real learner processes (JAX's CPU
-collectives over gloo) that train exactly as one process does, and resume exactly after both are killed."""
+collectives over gloo) that train SFT, GRPO and RL as one process does, and resume exactly after both are
+killed."""
 
 from __future__ import annotations
 
@@ -59,9 +60,8 @@ def test_on_one_process_the_operations_are_the_plain_ones():
     assert jax.process_count() == 1
 
 
-def _learners(workdir: str, processes: int, extra_env: dict[str, str] | None = None, *mode: str) -> list[int]:
-    """Run tests/distributed_learner.py (``mode``: its own arguments) as ``processes`` processes over 4 CPU
-    devices in all; their exit codes."""
+def _learners(workdir: str, processes: int, extra_env: dict[str, str] | None = None) -> list[int]:
+    """Run tests/distributed_learner.py as ``processes`` processes over 4 CPU devices in all; their exit codes."""
     env = {**os.environ, **(extra_env or {})}
     if processes > 1:
         env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}", JAX_NUM_PROCESSES=str(processes))
@@ -69,7 +69,7 @@ def _learners(workdir: str, processes: int, extra_env: dict[str, str] | None = N
     for index in range(processes):
         log = open(os.path.join(os.path.dirname(workdir), f"{os.path.basename(workdir)}-{index}.log"), "a")  # noqa: SIM115
         running.append((subprocess.Popen(
-            [sys.executable, "-m", "tests.distributed_learner", workdir, str(4 // processes), *mode], cwd=ROOT,
+            [sys.executable, "-m", "tests.distributed_learner", workdir, str(4 // processes)], cwd=ROOT,
             env={**env, "JAX_PROCESS_ID": str(index)}, stdout=log, stderr=subprocess.STDOUT), log))
     codes = []
     for process, log in running:
@@ -91,15 +91,41 @@ def _tensors(path: str) -> dict[str, np.ndarray]:
     return load_file(os.path.join(path, "model.safetensors"))
 
 
-@pytest.mark.slow
-def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_killed(tmp_path):
-    single, killed = str(tmp_path / "single"), str(tmp_path / "two")
-    assert _learners(single, 1) == [0], _log(single)
+@pytest.fixture
+def served_policy(tmp_path):
+    """A tiny random policy over SmolLM2's vocabulary, saved with its tokenizer, for ``orchard serve``."""
+    from flax import nnx
 
-    # Both processes die right after SFT step 5 (the last checkpoint is step 4's), then both restart.
-    assert _learners(killed, 2, {"DIE_AFTER_STEP": "5"}) == [-9, -9]
-    assert sorted(map(int, os.listdir(os.path.join(killed, "sft", "checkpoints"))))[-1] == 4
-    assert _learners(killed, 2) == [0, 0], _log(killed)
+    from orchard.data.tokenizer import Tokenizer
+    from orchard.models import ModelConfig, Transformer, save_pretrained
+    from orchard.models.shipped import smollm2_gguf
+
+    served = str(tmp_path / "policy")
+    save_pretrained(Transformer(ModelConfig.tiny(49152, num_layers=1, hidden_size=32, intermediate_size=64,
+                                                 num_heads=4, num_kv_heads=2, head_dim=8, dtype="float32"),
+                                rngs=nnx.Rngs(0)), served)
+    Tokenizer.from_gguf(smollm2_gguf()).save_pretrained(served)
+    return served
+
+
+@pytest.mark.slow
+def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_killed(orchestrator, served_policy,
+                                                                                     tmp_path):
+    """SFT, GRPO updates and ``train_rl`` (as a recipe runs it: the controller's episodes in real sandboxes,
+    sampled from ``orchard serve`` and synced to it by disk) on a learner of two processes, killed mid-SFT
+    and restarted, against the same on one process."""
+    from tests.conftest import start_model_server
+
+    single, killed = str(tmp_path / "single"), str(tmp_path / "two")
+    for server in start_model_server(served_policy, str(tmp_path / "serve.log")):
+        env = {"ORCHESTRATOR_URL": orchestrator.base_url, "ORCHESTRATOR_KEY": orchestrator.api_key,
+               "SERVER_URL": server.url, "SERVED_DIR": served_policy}
+        assert _learners(single, 1, env) == [0], _log(single)
+        # Both processes die right after SFT step 5 (the last checkpoint is step 4's), then both restart
+        # (and RL's first sync serves the initial weights again).
+        assert _learners(killed, 2, {**env, "DIE_AFTER_STEP": "5"}) == [-9, -9]
+        assert sorted(map(int, os.listdir(os.path.join(killed, "sft", "checkpoints"))))[-1] == 4
+        assert _learners(killed, 2, env) == [0, 0], _log(killed)
 
     # SFT: every step's loss, the eval loss and the exported model equal the one-process run's, bit for bit.
     expected, resumed = read_metrics(os.path.join(single, "sft")), read_metrics(os.path.join(killed, "sft"))
@@ -119,42 +145,16 @@ def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_ki
         assert len(handle.readlines()) == 5 + 4
     assert sorted(os.listdir(os.path.join(killed, "served"))) == ["v1", "v2", "v3"]
 
-
-@pytest.mark.slow
-def test_rl_over_two_processes_runs_the_episodes_on_the_controller_and_trains_as_one(orchestrator, tmp_path):
-    """``train_rl`` as a recipe runs it on a learner of two processes: the controller's episodes in real
-    sandboxes, sampled from ``orchard serve`` and synced to it by disk; the same two steps on one process
-    give the same rollouts, losses and final weights."""
-    from flax import nnx
-
-    from orchard.data.tokenizer import Tokenizer
-    from orchard.models import ModelConfig, Transformer, save_pretrained
-    from orchard.models.shipped import smollm2_gguf
-    from tests.conftest import start_model_server
-
-    served = str(tmp_path / "policy")
-    save_pretrained(Transformer(ModelConfig.tiny(49152, num_layers=1, hidden_size=32, intermediate_size=64,
-                                                 num_heads=4, num_kv_heads=2, head_dim=8, dtype="float32"),
-                                rngs=nnx.Rngs(0)), served)
-    Tokenizer.from_gguf(smollm2_gguf()).save_pretrained(served)
-    runs = {}
-    for server in start_model_server(served, str(tmp_path / "serve.log")):
-        env = {"ORCHESTRATOR_URL": orchestrator.base_url, "ORCHESTRATOR_KEY": orchestrator.api_key,
-               "SERVER_URL": server.url, "SERVED_DIR": served}
-        for processes in (1, 2):  # the first sync of each run serves the initial weights again
-            workdir = str(tmp_path / f"rl-{processes}")
-            assert _learners(workdir, processes, env, "rl") == [0] * processes, _log(workdir)
-            runs[processes] = workdir
-    one, two = (read_metrics(os.path.join(runs[n], "rl")) for n in (1, 2))
+    # RL: the same rollouts (rewards, tokens), losses and final weights; not bit for bit, as the server batches
+    # the episodes' requests as they arrive, so the logprobs it returns differ between runs at float rounding.
+    one, two = (read_metrics(os.path.join(run, "rl")) for run in (single, killed))
     assert sorted(one) == sorted(two) == [1, 2]
     for step in one:
         assert one[step]["informative_groups"] == 1.0 and one[step]["trained_tokens"] > 0, one[step]
         assert two[step]["reward"] == one[step]["reward"] and two[step]["trained_tokens"] == one[step]["trained_tokens"]
-        # Not bit for bit: the server batches the episodes' requests as they arrive, so the logprobs it
-        # returns (the rows' old logprobs) differ between runs at float rounding.
         for name in ("loss", "grad_norm"):
             assert two[step][name] == pytest.approx(one[step][name], rel=1e-4, abs=1e-6), (step, name)
-    reference, spread = (_tensors(os.path.join(runs[n], "rl", "model")) for n in (1, 2))
+    reference, spread = (_tensors(os.path.join(run, "rl", "model")) for run in (single, killed))
     for name in reference:
         np.testing.assert_allclose(spread[name], reference[name], rtol=1e-4, atol=1e-6, err_msg=name)
-    assert {"v1", "v2"} <= set(os.listdir(os.path.join(runs[2], "weights")))  # each update was served
+    assert {"v1", "v2"} <= set(os.listdir(os.path.join(killed, "weights")))  # each update was served
