@@ -72,7 +72,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
                              "seq_len": 1024, "batch_size": 4, "grad_accum": 1})
     config.sft.optim = ConfigDict({"peak_lr": 1e-2, "final_lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.01,
                                    "clip_norm": 1.0, "master_dtype": ""})
-    config.sft.examples = ConfigDict({"eval_fraction": 0.05, "epsilon": 0.05, "observation_weight": 0.5})
+    config.sft.examples = ConfigDict({"eval_fraction": 0.05, "epsilon": 0.05, "observation_weight": 0.5,
+                                      "unresolved": "rise"})
 
     # Stage 4: BAR RL, 14 steps of 8 prompts (about 40 rollouts an update) at a constant 5e-4.
     config.rl = ConfigDict({"num_steps": 14, "checkpoint_every": 2, "prompts_per_step": 8, "updates_per_batch": 1,

@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from orchard.data.chat import ChatFormat, Rendered, RenderedImage, Source
 from orchard.data.images import recent_images
@@ -143,10 +143,20 @@ class Example:
         return {"token_ids": self.token_ids, "loss_mask": [m if 0 < m < 1 else int(m) for m in self.loss_mask]}
 
 
-def trained_actions(trajectory: Trajectory) -> set[int]:
-    """The action indices whose tokens carry loss."""
-    if trajectory.outcome.resolved:
+Unresolved = Literal["rise", "whole", "drop"]
+UNRESOLVED: tuple[str, ...] = get_args(Unresolved)
+
+
+def trained_actions(trajectory: Trajectory, unresolved: Unresolved = "rise") -> set[int]:
+    """The action indices whose tokens carry loss: every action of a resolved trajectory; of an unresolved
+    one, those in its rise segments (``"rise"``, the method), every one (``"whole"``: the failure the
+    method avoids, for ablations) or none (``"drop"``: resolved-only SFT)."""
+    if unresolved not in UNRESOLVED:
+        raise ValueError(f"unresolved must be one of {UNRESOLVED}, not {unresolved!r}")
+    if trajectory.outcome.resolved or unresolved == "whole":
         return set(range(trajectory.num_actions))
+    if unresolved == "drop":
+        return set()
     segments = trajectory.rise_segments
     if segments is None:
         if trajectory.values is None:
@@ -156,14 +166,16 @@ def trained_actions(trajectory: Trajectory) -> set[int]:
     return {t for first, last in segments for t in range(first, last + 1)}
 
 
-def to_example(trajectory: Trajectory, chat_format: ChatFormat, observation_weight: float = 0.0) -> Example:
+def to_example(trajectory: Trajectory, chat_format: ChatFormat, observation_weight: float = 0.0,
+               unresolved: Unresolved = "rise") -> Example:
     """The example of one trajectory; ``observation_weight`` is the weight of every token that is
-    not an assistant's (see the module docstring)."""
+    not an assistant's (see the module docstring), ``unresolved`` which actions of an unresolved one
+    train (:func:`trained_actions`)."""
     if not 0.0 <= observation_weight <= 1.0:
         raise ValueError(f"observation_weight must be in [0, 1], not {observation_weight}")
     rendered = render_sampled(trajectory, chat_format)
     weights = [1.0 if taught else observation_weight for taught in rendered.loss_mask()]
-    keep = trained_actions(trajectory)
+    keep = trained_actions(trajectory, unresolved)
     assistant_spans = [(start, end) for role, start, end in rendered.spans if role == "assistant"]
     for action, (start, end) in enumerate(assistant_spans):
         if action not in keep:
@@ -223,26 +235,31 @@ def recorded_turns(trajectory: Trajectory) -> list[RecordedTurn] | None:
     return [RecordedTurn(p, m.token_ids, m.logprobs) for p, m in zip(prompts, sampled, strict=True)]
 
 
-def to_examples(trajectory: Trajectory, chat_format: ChatFormat, observation_weight: float = 0.0) -> list[Example]:
+def to_examples(trajectory: Trajectory, chat_format: ChatFormat, observation_weight: float = 0.0,
+                unresolved: Unresolved = "rise") -> list[Example]:
     """:func:`to_example`, or for a recorded trajectory the examples of its merged rows: its own ids,
-    the trained actions weighted 1, the prompt and observation tokens ``observation_weight``."""
+    the trained actions weighted 1, the prompt and observation tokens ``observation_weight``. With
+    ``unresolved="drop"`` an unresolved trajectory gives no example at all (not even its observations)."""
+    if unresolved == "drop" and not trajectory.outcome.resolved:
+        return []
     turns = recorded_turns(trajectory)
     if turns is None:
-        return [to_example(trajectory, chat_format, observation_weight)]
-    keep = trained_actions(trajectory)
+        return [to_example(trajectory, chat_format, observation_weight, unresolved)]
+    keep = trained_actions(trajectory, unresolved)
     return [Example(row.token_ids, [observation_weight if turn < 0 else float(turn in keep) for turn in row.turns])
             for row in merge_recorded(turns)]
 
 
 def write_examples(trajectories: Iterable[Trajectory], chat_format: ChatFormat, path: str,
-                   observation_weight: float = 0.0) -> int:
+                   observation_weight: float = 0.0, unresolved: Unresolved = "rise") -> int:
     """Write the examples of ``trajectories`` as JSONL for :mod:`orchard.data.pipeline`; returns how
-    many were written (an example with no trained token is skipped: it teaches nothing)."""
+    many were written (an example with no trained token is skipped: it teaches nothing). ``unresolved``:
+    what unresolved trajectories teach (:func:`trained_actions`)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     written = 0
     with open(path + ".tmp", "w") as handle:
         for trajectory in trajectories:
-            for example in to_examples(trajectory, chat_format, observation_weight):
+            for example in to_examples(trajectory, chat_format, observation_weight, unresolved):
                 if any(example.loss_mask):
                     handle.write(json.dumps(example.to_record()) + "\n")
                     written += 1

@@ -62,6 +62,22 @@ def test_an_unresolved_trajectory_trains_only_inside_rise_segments(tokenizer):
         to_example(run(resolved=False), chat)
 
 
+def test_the_ablations_teach_an_unresolved_trajectory_whole_or_not_at_all(tokenizer):
+    """The credit-assignment ablation's arms: rise segments (the method), the whole failed run, or none of it
+    (resolved-only SFT, where the run gives no example, not even its observations); a resolved run is the
+    same in every arm."""
+    chat = Qwen3Format(tokenizer)
+    failed = run(resolved=False, rise_segments=[(1, 1)])
+    every = [action(0, "ls"), action(1, "cat calc.py"), action(2, "rm -rf /")]
+    assert trained_texts(tokenizer, to_example(failed, chat, unresolved="rise")) == [action(1, "cat calc.py")]
+    assert trained_texts(tokenizer, to_example(failed, chat, unresolved="whole")) == every
+    assert to_examples(failed, chat, observation_weight=0.5, unresolved="drop") == []
+    for arm in ("rise", "whole", "drop"):
+        assert trained_texts(tokenizer, to_example(run(resolved=True), chat, unresolved=arm)) == every
+    with pytest.raises(ValueError, match="unresolved must be one of"):
+        to_example(failed, chat, unresolved="some")
+
+
 def test_recorded_token_ids_are_used_as_sampled(tokenizer):
     chat = Qwen3Format(tokenizer)
     end = tokenizer.token_id("<|im_end|>")

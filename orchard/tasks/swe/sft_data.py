@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchard.data.chat import make_chat_format
-from orchard.data.examples import write_examples
+from orchard.data.examples import Unresolved, write_examples
 from orchard.data.rise import EPSILON, BugLocationEstimator, annotate
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
@@ -45,6 +45,9 @@ class ExamplesConfig:
     epsilon: float = EPSILON  # the rise-segment threshold
     observation_weight: float = 0.0  # the loss weight of what the model is shown: none, as in the paper
     synthetic_tasks: int = 96  # without trajectories: tasks of the synthetic set (one resolved, one unresolved run)
+    # What unresolved trajectories teach: their rise segments (the paper's credit assignment), every action
+    # ("whole") or nothing ("drop": resolved-only SFT); the last two are ablations (orchard.data.examples).
+    unresolved: Unresolved = "rise"
 
 
 def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
@@ -52,7 +55,8 @@ def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
     """Write ``train.jsonl`` and ``eval.jsonl`` examples into ``directory``; return their paths.
 
     ``trajectories`` is a list, a file of them, or ``None`` for the synthetic set. The split is by
-    task (:func:`~orchard.eval.splits.split_by_id`), so no task is in both; eval examples weigh
+    task (:func:`~orchard.eval.splits.split_by_id`), so no task is in both; eval examples (the same for every
+    ``unresolved`` setting, so the eval loss compares ablation arms) weigh
     actions only.
     """
     if isinstance(trajectories, str):
@@ -63,7 +67,7 @@ def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
     train, held = split_by_id(trajectories, config.eval_fraction, config.seed, key=lambda t: t.task_id,
                               at_least_one=True)
     paths = os.path.join(directory, "train.jsonl"), os.path.join(directory, "eval.jsonl")
-    n_train = write_examples(train, chat, paths[0], config.observation_weight)
+    n_train = write_examples(train, chat, paths[0], config.observation_weight, config.unresolved)
     n_eval = write_examples(held, chat, paths[1])
     resolved = sum(t.outcome.resolved for t in trajectories)
     log.info("%d trajectories (%d resolved) -> %d train and %d eval examples in %s", len(trajectories), resolved,

@@ -49,3 +49,25 @@ def test_sft_data_splits_by_task(tmp_path):
     assert all(len(e["token_ids"]) == len(e["loss_mask"]) and 0 < sum(e["loss_mask"]) < len(e["loss_mask"])
                for e in train_examples + eval_examples)
     assert len(synthetic_trajectories(3, seed=0, epsilon=0.05)) == 6
+
+
+def test_the_ablation_arms_change_what_failed_runs_teach_and_nothing_else(tmp_path):
+    """Resolved-only SFT keeps only the resolved runs' examples; teaching failed runs whole trains more of
+    their tokens than their rise segments; the eval examples are the same in every arm."""
+    from orchard.data.tokenizer import Tokenizer
+    from orchard.models.shipped import smollm2_gguf
+    from orchard.tasks.swe.sft_data import ExamplesConfig, build_examples
+
+    tokenizer = Tokenizer.from_gguf(smollm2_gguf())
+    arms = {}
+    for arm in ("rise", "whole", "drop"):
+        config = ExamplesConfig(synthetic_tasks=8, eval_fraction=0.25, unresolved=arm)
+        paths = build_examples(config, str(tmp_path / arm), tokenizer)
+        arms[arm] = []
+        for path in paths:
+            with open(path) as handle:
+                arms[arm].append([json.loads(line) for line in handle])
+    trained = {arm: sum(sum(e["loss_mask"]) for e in train) for arm, (train, _) in arms.items()}
+    assert [len(train) for train, _ in arms.values()] == [12, 12, 6]  # 6 tasks: a resolved and a failed run each
+    assert trained["drop"] < trained["rise"] < trained["whole"]
+    assert arms["rise"][1] == arms["whole"][1] == arms["drop"][1]
