@@ -47,10 +47,18 @@ class SafetensorsCheckpoint:
         return iter(self.weight_map)
 
     def get(self, name: str) -> np.ndarray:
+        return self._file(name).get_tensor(name)
+
+    def get_slice(self, name: str) -> Any:
+        """The tensor HF calls ``name``, unread: ``.get_shape()``, and indexing with slices reads only that
+        block from the (memory-mapped) file."""
+        return self._file(name).get_slice(name)
+
+    def _file(self, name: str) -> Any:
         try:
             filename = self.weight_map[name]
         except KeyError:
             raise CheckpointError(f"checkpoint has no tensor {name!r}") from None
         if filename not in self._files:
             self._files[filename] = safe_open(os.path.join(self.path, filename), "np")
-        return self._files[filename].get_tensor(name)
+        return self._files[filename]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,28 +43,52 @@ def _hf_tensor(checkpoint: Checkpoint, path: tuple, cfg: ModelConfig) -> np.ndar
     return tensor.T if leaf == "kernel" else tensor
 
 
+def _hf_block_reader(checkpoint: Checkpoint, path: tuple, cfg: ModelConfig
+                     ) -> tuple[tuple[int, ...], Callable[[tuple[slice, ...]], np.ndarray]] | None:
+    """The shape of one NNX parameter in the checkpoint and a reader of any block of it (NNX layout) that
+    reads only that block, for a checkpoint that reads slices (safetensors: ``get_slice``); None otherwise."""
+    tensor_slice = getattr(checkpoint, "get_slice", None)
+    if tensor_slice is None:
+        return None
+    *modules, leaf = (str(p) for p in path)
+    if modules[-1] == "experts":  # [E, in, out] from per-expert [out, in] tensors
+        names = [f"{'.'.join(modules)}.{e}.{leaf}.weight" for e in range(cfg.num_experts)]
+        out, inner = tensor_slice(names[0]).get_shape()
+        return ((cfg.num_experts, inner, out),
+                lambda index: np.stack([tensor_slice(names[e])[index[2], index[1]].T
+                                        for e in range(cfg.num_experts)[index[0]]]))
+    name = ".".join(modules) + (".weight" if leaf in ("kernel", "weight") else ".bias")
+    shape = tuple(tensor_slice(name).get_shape())
+    if leaf == "kernel":  # [in, out] from HF's [out, in]
+        return shape[::-1], lambda index: tensor_slice(name)[index[::-1]].T
+    return shape, lambda index: tensor_slice(name)[index]
+
+
 def load_params(model: Transformer, checkpoint: Checkpoint, mesh: Mesh | None = None) -> None:
     """Fill every parameter of ``model`` (abstract or concrete) from the checkpoint.
 
-    With a ``mesh``, each tensor goes from host memory straight to its shards on the devices, so no
-    device ever holds a whole parameter it does not own (let alone the whole model); in a learner over
-    several processes, each process places only the shards of its own devices. (Each host still reads
-    every tensor whole, one at a time, from the checkpoint.)
+    With a ``mesh``, each parameter goes straight to its shards on the devices, so no device ever holds a
+    whole parameter it does not own (let alone the whole model); in a learner over several processes, each
+    process places only the shards of its own devices. From safetensors, each shard's block is all that is
+    read of the file; a GGUF file's tensors are read whole (its quantised blocks do not slice), one at a time.
     """
     cfg = model.cfg
     dtype = jnp.dtype(cfg.param_dtype)
     state = nnx.state(model, nnx.Param)
     for path, variable in nnx.to_flat_state(state):
-        tensor = _hf_tensor(checkpoint, path, cfg)
         expected = tuple(variable.get_value().shape)
-        if tensor.shape != expected:
-            raise CheckpointError(f"{'.'.join(map(str, path))}: checkpoint shape {tensor.shape}, model {expected}")
+        blocks = _hf_block_reader(checkpoint, path, cfg) if mesh is not None else None
+        tensor = _hf_tensor(checkpoint, path, cfg) if blocks is None else None
+        shape = blocks[0] if blocks is not None else tensor.shape
+        if shape != expected:
+            raise CheckpointError(f"{'.'.join(map(str, path))}: checkpoint shape {shape}, model {expected}")
         if mesh is None:
             variable.set_value(jax.device_put(tensor.astype(dtype)))
-        else:
-            variable.set_value(jax.make_array_from_callback(
-                expected, named_sharding(variable.logical_axes, expected, mesh),
-                lambda index, tensor=tensor: tensor[index].astype(dtype)))
+            continue
+        read = blocks[1] if blocks is not None else tensor.__getitem__
+        variable.set_value(jax.make_array_from_callback(
+            expected, named_sharding(variable.logical_axes, expected, mesh),
+            lambda index, read=read: np.asarray(read(index)).astype(dtype)))
     nnx.update(model, state)
 
 

@@ -453,7 +453,7 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     mesh = config.mesh.make()
     model = build_model(ModelSpec(path=policy, dtype=config.dtype, param_dtype=config.param_dtype,
                                   attention_block=config.attention_block, remat=config.remat,
-                                  logits_chunk=config.logits_chunk), config.seed)
+                                  logits_chunk=config.logits_chunk), config.seed, mesh=mesh)
     vocabulary = Tokenizer.from_pretrained(tokenizer or policy)
     chat_format = model_chat_format(config.chat_format, vocabulary, model)
     engine = make_engine(config.engine, model, vocabulary)

@@ -57,3 +57,35 @@ def test_the_mesh_is_laid_out_by_jax_with_auto_axes():
     assert set(mesh.axis_types) == {jax.sharding.AxisType.Auto}  # not jax.make_mesh's default, Explicit
     picked = jax.devices()[4:]
     assert list(make_mesh(2, 2, 1, devices=picked).devices.flat) == picked  # the given devices, the first ones
+
+
+def test_a_sharded_load_reads_only_each_shards_block_of_the_file(monkeypatch):
+    """From safetensors, each device's shard is read as a block of the file (an expert's [out, in] tensor,
+    split over fsdp and tp, is read a quarter at a time), and the parameters equal a whole-tensor load."""
+    from orchard.models.checkpoint import SafetensorsCheckpoint
+
+    reads: list[tuple[str, int, int]] = []  # (tensor, elements read, elements in the tensor)
+    get_slice = SafetensorsCheckpoint.get_slice
+
+    class Recording:
+        def __init__(self, tensor, name: str) -> None:
+            self.tensor, self.name = tensor, name
+
+        def get_shape(self):
+            return self.tensor.get_shape()
+
+        def __getitem__(self, index):
+            block = self.tensor[index]
+            reads.append((self.name, block.size, int(np.prod(self.tensor.get_shape()))))
+            return block
+
+    monkeypatch.setattr(SafetensorsCheckpoint, "get_slice", lambda self, name: Recording(get_slice(self, name), name))
+    path = os.path.join(FIXTURES, "qwen3_moe")
+    sharded = from_pretrained(path, mesh=make_mesh(2, 2, 2), dtype="float32")
+    whole = from_pretrained(path, dtype="float32")  # no mesh: whole tensors, not through get_slice
+    experts = [(size, full) for name, size, full in reads if ".experts." in name]
+    assert experts and all(size * 4 == full for size, full in experts)
+    assert max(size / full for _, size, full in reads) <= 1.0
+    for a, b in zip(jax.tree.leaves(nnx.state(sharded, nnx.Param)), jax.tree.leaves(nnx.state(whole, nnx.Param)),
+                    strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
