@@ -32,14 +32,21 @@ from orchard.models.transformer import Transformer
 from orchard.models.vlm import VLM_TYPES, VisionLanguageModel, VLMConfig
 
 
+def _hf_names(path: tuple, cfg: ModelConfig) -> tuple[str, list[str], bool]:
+    """The leaf (``kernel``, ``weight``, ``bias``) of one NNX parameter path, the HF tensors behind it, and
+    whether they are stacked experts (one ``[out, in]`` tensor an expert, ``[E, in, out]`` in NNX)."""
+    *modules, leaf = (str(p) for p in path)
+    if modules[-1] == "experts":
+        return leaf, [f"{'.'.join(modules)}.{e}.{leaf}.weight" for e in range(cfg.num_experts)], True
+    return leaf, [".".join(modules) + (".weight" if leaf in ("kernel", "weight") else ".bias")], False
+
+
 def _hf_tensor(checkpoint: Checkpoint, path: tuple, cfg: ModelConfig) -> np.ndarray:
     """The HF tensor(s) behind one NNX parameter path, in the NNX layout."""
-    *modules, leaf = (str(p) for p in path)
-    if modules[-1] == "experts":  # stacked [E, ...] from per-expert [out, in] tensors
-        prefix = ".".join(modules)
-        return np.stack([checkpoint.get(f"{prefix}.{e}.{leaf}.weight").T for e in range(cfg.num_experts)])
-    name = ".".join(modules) + (".weight" if leaf in ("kernel", "weight") else ".bias")
-    tensor = checkpoint.get(name)
+    leaf, names, experts = _hf_names(path, cfg)
+    if experts:
+        return np.stack([checkpoint.get(name).T for name in names])
+    tensor = checkpoint.get(names[0])
     return tensor.T if leaf == "kernel" else tensor
 
 
@@ -50,14 +57,12 @@ def _hf_block_reader(checkpoint: Checkpoint, path: tuple, cfg: ModelConfig
     tensor_slice = getattr(checkpoint, "get_slice", None)
     if tensor_slice is None:
         return None
-    *modules, leaf = (str(p) for p in path)
-    if modules[-1] == "experts":  # [E, in, out] from per-expert [out, in] tensors
-        names = [f"{'.'.join(modules)}.{e}.{leaf}.weight" for e in range(cfg.num_experts)]
+    leaf, names, experts = _hf_names(path, cfg)
+    if experts:  # [E, in, out] from per-expert [out, in] tensors
         out, inner = tensor_slice(names[0]).get_shape()
-        return ((cfg.num_experts, inner, out),
-                lambda index: np.stack([tensor_slice(names[e])[index[2], index[1]].T
-                                        for e in range(cfg.num_experts)[index[0]]]))
-    name = ".".join(modules) + (".weight" if leaf in ("kernel", "weight") else ".bias")
+        return ((len(names), inner, out),
+                lambda index: np.stack([tensor_slice(name)[index[2], index[1]].T for name in names[index[0]]]))
+    name = names[0]
     shape = tuple(tensor_slice(name).get_shape())
     if leaf == "kernel":  # [in, out] from HF's [out, in]
         return shape[::-1], lambda index: tensor_slice(name)[index[::-1]].T
@@ -123,15 +128,13 @@ def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transfo
 def _hf_tensors(path: tuple, value: Any, cfg: ModelConfig) -> Iterator[tuple[str, Any]]:
     """The HF tensors of one NNX parameter: the inverse of :func:`_hf_tensor`. ``value`` is a host array
     (the tensors are contiguous host arrays) or a JAX array (they stay JAX arrays, on its devices)."""
-    *modules, leaf = (str(p) for p in path)
+    leaf, names, experts = _hf_names(path, cfg)
     contiguous = np.ascontiguousarray if isinstance(value, np.ndarray) else (lambda x: x)
-    if modules[-1] == "experts":
-        prefix = ".".join(modules)
-        for e in range(cfg.num_experts):
-            yield f"{prefix}.{e}.{leaf}.weight", contiguous(value[e].T)
+    if experts:
+        for e, name in enumerate(names):
+            yield name, contiguous(value[e].T)
         return
-    name = ".".join(modules) + (".weight" if leaf in ("kernel", "weight") else ".bias")
-    yield name, contiguous(value.T if leaf == "kernel" else value)
+    yield names[0], contiguous(value.T if leaf == "kernel" else value)
 
 
 def _as_model(model: Any) -> Transformer:

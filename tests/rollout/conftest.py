@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from flax import nnx
@@ -35,3 +36,19 @@ def qwen3_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def qwen3_server(qwen3_dir, tmp_path_factory) -> Iterator[ModelProcess]:
     yield from start_model_server(qwen3_dir, str(tmp_path_factory.mktemp("serve") / "qwen3.log"))
+
+
+@pytest.fixture
+def replicas() -> Iterator[Any]:
+    """``replicas(**options)`` starts a fake vLLM server (tests/rollout/test_vllm_fake.py); all are closed after."""
+    from tests.rollout.test_vllm_fake import FakeVLLM
+
+    started: list[FakeVLLM] = []
+
+    def start(**kwargs) -> FakeVLLM:
+        started.append(FakeVLLM(**kwargs))
+        return started[-1]
+
+    yield start
+    for fake in started:
+        fake.close()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -248,19 +248,6 @@ class FakeVLLM:
     def close(self) -> None:
         self.http.shutdown()
         self.http.server_close()
-
-
-@pytest.fixture
-def replicas() -> Iterator[Any]:
-    started: list[FakeVLLM] = []
-
-    def start(**kwargs) -> FakeVLLM:
-        started.append(FakeVLLM(**kwargs))
-        return started[-1]
-
-    yield start
-    for fake in started:
-        fake.close()
 
 
 def tiny(seed: int = 0) -> Transformer:

@@ -9,8 +9,6 @@ import os
 import pickle
 import sys
 import types
-from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pytest
@@ -27,24 +25,11 @@ from orchard.rollout.weight_transfer import (
     nccl_unique_id_pickle,
 )
 from orchard.train.rl import EngineConfig, make_engine
-from tests.rollout.test_vllm_fake import FAST, FakeNcclGroup, FakeVLLM, tiny
+from tests.rollout.test_vllm_fake import FAST, FakeNcclGroup, tiny
 
 JOIN = ["/get_world_size", "/init_weight_transfer_engine"]
 UPDATE = ["/pause?mode=wait", "/start_weight_update", "/update_weights", "/finish_weight_update",
           "/reset_prefix_cache", "/resume"]
-
-
-@pytest.fixture
-def replicas() -> Iterator[Any]:
-    started: list[FakeVLLM] = []
-
-    def start(**kwargs) -> FakeVLLM:
-        started.append(FakeVLLM(**kwargs))
-        return started[-1]
-
-    yield start
-    for fake in started:
-        fake.close()
 
 
 def nccl_engine(group: FakeNcclGroup, *fakes) -> OpenAIEngine:
