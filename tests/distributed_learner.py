@@ -113,7 +113,7 @@ def main(workdir: str, local_devices: int) -> None:
 
 
 def rl(workdir: str) -> None:
-    """Two steps of ``train_rl`` as a recipe runs it: the controller runs the episodes in the orchestrator at
+    """``train_rl`` as a recipe runs it, to its rollout budget (two steps): the controller runs the episodes in the orchestrator at
     ``ORCHESTRATOR_URL`` (key ``ORCHESTRATOR_KEY``) with the policy served by ``orchard serve`` at
     ``SERVER_URL`` (its model: ``SERVED_DIR``, also the policy RL starts from), syncs the server by disk
     through ``<workdir>/weights``, and leads the others into the training."""
@@ -139,7 +139,8 @@ def rl(workdir: str) -> None:
         if not name.endswith(".safetensors") and os.path.isfile(os.path.join(served, name)):
             shutil.copy(os.path.join(served, name), weights)
     config = from_config(RLConfig, {
-        "num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 1, "seq_len": 1280, "rows": 4, "micro_rows": 2,
+        # five steps at most, but a budget of 4 rollouts (2 a step) ends it after two: the followers stop too
+        "num_steps": 5, "rollout_budget": 4, "checkpoint_every": 1, "prompts_per_step": 1, "seq_len": 1280, "rows": 4, "micro_rows": 2,
         "chat_format": "smollm2", "mesh": {"fsdp": 2, "tp": 2}, "optim": {"peak_lr": 1e-3, "warmup_steps": 1},
         "sampler": {"name": "fixed", "group_size": 2},
         "rollout": {"max_turns": 1, "max_new_tokens": 16, "concurrency": 2, "episode_seconds": 120},

@@ -148,7 +148,8 @@ def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_ki
     # RL: the same rollouts (rewards, tokens), losses and final weights; not bit for bit, as the server batches
     # the episodes' requests as they arrive, so the logprobs it returns differ between runs at float rounding.
     one, two = (read_metrics(os.path.join(run, "rl")) for run in (single, killed))
-    assert sorted(one) == sorted(two) == [1, 2]
+    assert sorted(one) == sorted(two) == [1, 2]  # the rollout budget (4) was spent at step 2 of 5, on every process
+    assert one[2]["rollouts_total"] == two[2]["rollouts_total"] == 4
     for step in one:
         assert one[step]["informative_groups"] == 1.0 and one[step]["trained_tokens"] > 0, one[step]
         assert two[step]["reward"] == one[step]["reward"] and two[step]["trained_tokens"] == one[step]["trained_tokens"]

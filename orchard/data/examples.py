@@ -250,18 +250,42 @@ def to_examples(trajectory: Trajectory, chat_format: ChatFormat, observation_wei
             for row in merge_recorded(turns)]
 
 
+@dataclass(frozen=True)
+class WrittenExamples:
+    """What :func:`write_examples` wrote: examples, the trajectories they came from, and the trained
+    tokens (the sum of their loss weights: what the loss averages over)."""
+
+    examples: int
+    trajectories: int
+    trained_tokens: float
+    resolved: int  # of those trajectories
+
+    def to_dict(self) -> dict[str, float]:
+        return {"examples": self.examples, "trajectories": self.trajectories,
+                "trained_tokens": self.trained_tokens, "resolved": self.resolved}
+
+
 def write_examples(trajectories: Iterable[Trajectory], chat_format: ChatFormat, path: str,
-                   observation_weight: float = 0.0, unresolved: Unresolved = "rise") -> int:
-    """Write the examples of ``trajectories`` as JSONL for :mod:`orchard.data.pipeline`; returns how
-    many were written (an example with no trained token is skipped: it teaches nothing). ``unresolved``:
-    what unresolved trajectories teach (:func:`trained_actions`)."""
+                   observation_weight: float = 0.0, unresolved: Unresolved = "rise",
+                   token_budget: float = 0.0) -> WrittenExamples:
+    """Write the examples of ``trajectories`` as JSONL for :mod:`orchard.data.pipeline` (an example
+    with no trained token is skipped: it teaches nothing). ``unresolved``: what unresolved
+    trajectories teach (:func:`trained_actions`). With ``token_budget``, trajectories are taken in the
+    order given while their trained tokens fit the budget (one that would overflow it is skipped,
+    and later, smaller ones may still fit): the ablations' matched-token arms."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    written = 0
+    written = taken = resolved = 0
+    tokens = 0.0
     with open(path + ".tmp", "w") as handle:
         for trajectory in trajectories:
-            for example in to_examples(trajectory, chat_format, observation_weight, unresolved):
-                if any(example.loss_mask):
-                    handle.write(json.dumps(example.to_record()) + "\n")
-                    written += 1
+            examples = [e for e in to_examples(trajectory, chat_format, observation_weight, unresolved)
+                        if any(e.loss_mask)]
+            cost = sum(sum(e.loss_mask) for e in examples)
+            if not examples or (token_budget and tokens + cost > token_budget):
+                continue
+            for example in examples:
+                handle.write(json.dumps(example.to_record()) + "\n")
+            written, taken, tokens = written + len(examples), taken + 1, tokens + cost
+            resolved += trajectory.outcome.resolved
     os.replace(path + ".tmp", path)
-    return written
+    return WrittenExamples(written, taken, tokens, resolved)

@@ -70,7 +70,7 @@ from orchard.train.checkpoint import Checkpointer
 from orchard.train.curriculum import CurriculumConfig
 from orchard.train.grpo import group_advantages, make_policy_loss
 from orchard.train.images import attach_images
-from orchard.train.metrics import MetricsWriter
+from orchard.train.metrics import MetricsWriter, read_metrics
 from orchard.train.rollouts import RowsPer, pack_rollouts, policy_rows
 from orchard.train.state import (
     OptimConfig,
@@ -120,6 +120,9 @@ class PassFilterConfig:
 class RLConfig:
     seed: int = 0
     num_steps: int = 10
+    # Stop after the step whose rollouts bring the run's total to this many (0: run num_steps). Samplers spend
+    # different numbers of rollouts a step; the ablations compare them at an equal budget of rollouts generated.
+    rollout_budget: int = 0
     checkpoint_every: int = 2
     prompts_per_step: int = 8
     updates_per_batch: int = 1  # GRPO's iterations: policy updates on each step's rollouts
@@ -187,6 +190,7 @@ class RolloutWorkers:
 class StepResult:
     groups: list[GroupResult]
     metrics: dict[str, float]
+    final: bool = False  # the run's last step: num_steps reached, or the rollout budget spent
 
 
 async def gather_groups(workers: RolloutWorkers, sampler: GroupSampler, tasks: Sequence[Task], step: int,
@@ -251,6 +255,7 @@ class Learner:
     chat_format: ChatFormat
     config: RLConfig
     images: tuple[VLMConfig, ImageStore] | None = None
+    final: bool = False  # whether the last update was the run's last (the controller says; followers stop on it)
     _steps: dict = field(default_factory=dict)
 
     @property
@@ -291,13 +296,16 @@ class Learner:
         else:
             weights.save_pretrained(None)
 
-    def update(self, state: TrainState, groups: Sequence[GroupResult]) -> tuple[TrainState, dict[str, float] | None]:
+    def update(self, state: TrainState, groups: Sequence[GroupResult],
+               final: bool = False) -> tuple[TrainState, dict[str, float] | None]:
         """``updates_per_batch`` updates on the groups' rows, then the sync. The loss is the first
         update's (at ratio 1); the grad norm is their mean. No groups: no update (None).
 
         In a learner over several processes every process calls it at each step; the controller's groups
-        are the step's (its rows go to the others, whose ``groups`` are ignored)."""
-        rows, grid = broadcast(self.rows(groups) if is_controller() and groups else (None, None))
+        are the step's (its rows go to the others, whose ``groups`` are ignored), and so is ``final``,
+        whether this is the run's last update (:attr:`final` on every process after the call)."""
+        rows, grid, self.final = broadcast((*(self.rows(groups) if is_controller() and groups else (None, None)),
+                                            final))
         if rows is None:
             return state, None
         batch, train_step = global_batch(rows, batch_sharding(self.mesh)), self.train_step(grid)
@@ -316,27 +324,37 @@ def draw_tasks(tasks: Sequence[Task], count: int, seed: int, step: int) -> tuple
     return drawn[:count], drawn[count:]
 
 
+def budget_spent(config: RLConfig, rollouts: int) -> bool:
+    """Whether ``rollouts`` generated exhaust the run's rollout budget (never, without one)."""
+    return bool(config.rollout_budget) and rollouts >= config.rollout_budget
+
+
 async def rl_step(step: int, state: TrainState, learner: Learner, workers: RolloutWorkers, sampler: GroupSampler,
-                  tasks: Sequence[Task]) -> tuple[TrainState, StepResult]:
-    """Rollouts, the update and the weight sync of step ``step``; returns the new state and its metrics."""
+                  tasks: Sequence[Task], spent: int = 0) -> tuple[TrainState, StepResult]:
+    """Rollouts, the update and the weight sync of step ``step``, ``spent`` rollouts into the run; returns
+    the new state and its metrics (``rollouts``: this step's, dropped ones included; ``rollouts_total``:
+    the run's so far). The step is the run's last at ``num_steps`` or when the rollout budget is spent."""
     config = learner.config
     chosen, spares = draw_tasks(tasks, config.prompts_per_step, config.seed, step)
     started = time.perf_counter()
     groups = await gather_groups(workers, sampler, chosen, step, spares)
     rollout_s = time.perf_counter() - started
     metrics = group_metrics(groups)
+    rollouts = sum(g.spent for g in groups)
+    metrics.update({"rollouts": float(rollouts), "rollouts_total": float(spent + rollouts)})
+    final = step + 1 >= config.num_steps or budget_spent(config, spent + rollouts)
     started = time.perf_counter()
-    state, update = learner.update(state, [g for g in groups if g.group])
+    state, update = learner.update(state, [g for g in groups if g.group], final)
     learn_s = time.perf_counter() - started
     if update is None:  # e.g. dynamic filtering dropped every prompt: no update, the same weights
         log.warning("step %d: every group was dropped; no update", step)
         metrics.update({"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "trained_tokens": 0.0, "rollout_s": rollout_s,
                         "learn_s": 0.0, "tokens_per_s": 0.0})
-        return state, StepResult(groups, metrics)
+        return state, StepResult(groups, metrics, final)
     metrics.update(update)
     metrics.update({"rollout_s": rollout_s, "learn_s": learn_s,
                     "tokens_per_s": update["trained_tokens"] / max(rollout_s + learn_s, 1e-9)})
-    return state, StepResult(groups, metrics)
+    return state, StepResult(groups, metrics, final)
 
 
 async def filter_by_pass_rate(workers: RolloutWorkers, tasks: Sequence[Task], samples: int, low: float,
@@ -478,10 +496,19 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     if curriculum is not None and latest is not None and os.path.exists(curriculum_path):
         curriculum.load_state_dict(read_json(curriculum_path)[str(latest)])
     last: dict[str, float] = {}
+    first = int(state.step) // config.updates_per_batch  # the state counts updates
+    # Rollouts a resumed run has spent (its last step's total); a run that spent its budget before it was
+    # killed has no step left to run, on any process.
+    resumed = first and is_controller() and os.path.exists(os.path.join(workdir, "metrics.jsonl"))
+    spent = int(read_metrics(workdir).get(first, {}).get("rollouts_total", 0)) if resumed else 0
+    if broadcast(budget_spent(config, spent)):
+        first = config.num_steps
     if not is_controller():  # the controller runs the episodes; this process takes part in every update
-        for step in range(int(state.step) // config.updates_per_batch, config.num_steps):
+        for step in range(first, config.num_steps):
             state, _ = learner.update(state, [])
-            checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
+            checkpointer.save(step + 1, state, force=learner.final)
+            if learner.final:
+                break
     else:
         async with contextlib.AsyncExitStack() as stack:
             if setups is None:
@@ -493,31 +520,32 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
                                            setups, pool)
             sampler = make_sampler(config.sampler)
             tasks = await rl_prompts(config.pass_filter, workdir, workers, tasks)
-            first = int(state.step) // config.updates_per_batch  # the state counts updates
             curriculum_states = read_json(curriculum_path) if os.path.exists(curriculum_path) else {}
             with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=first, desc="rl",
                                                          unit="step") as bar:
                 for step in range(first, config.num_steps):
                     if curriculum is not None:
                         runner.limits = curriculum.limits(config.rollout.limits)
-                    state, result = await rl_step(step, state, learner, workers, sampler, tasks)
+                    state, result = await rl_step(step, state, learner, workers, sampler, tasks, spent)
                     last = result.metrics
+                    spent = int(last["rollouts_total"])
                     if curriculum is not None:
                         last.update(max_steps=float(runner.limits.max_steps), curriculum_stage=float(curriculum.stage))
                         curriculum.observe(last["reward"])
                         curriculum_states[str(step + 1)] = curriculum.state_dict()
                         write_json(curriculum_path, curriculum_states)
-                    if held_out and config.eval_every and (step + 1) % config.eval_every == 0 \
-                            and step + 1 < config.num_steps:
+                    if held_out and config.eval_every and (step + 1) % config.eval_every == 0 and not result.final:
                         for name, held_tasks in held_out.items():
                             evaluation = await evaluate_policy(greedy, held_tasks, seed=config.seed,
                                                                name=f"rl held-out {name}", progress=False)
                             last[f"held_out_success/{name}"] = evaluation.metrics()["resolve_rate"]
                     metrics.write(step + 1, last)
-                    checkpointer.save(step + 1, state, force=step + 1 == config.num_steps)
+                    checkpointer.save(step + 1, state, force=result.final)
                     bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",
-                                    refresh=False)
+                                    rollouts=spent, refresh=False)
                     bar.update()
+                    if result.final:
+                        break
     checkpointer.close()
     export = os.path.join(workdir, "model")
     ModelWeights(graphdef, state.params).save_pretrained(export)

@@ -234,7 +234,9 @@ def test_train_rl_resumes_a_killed_run_and_refuses_a_changed_config(orchestrator
     policy_dir = str(tmp_path / "policy")
     save_pretrained(Transformer(ModelConfig.tiny(49152, num_layers=1, **TINY), rngs=nnx.Rngs(0)), policy_dir)
     smollm2_tokenizer.save_pretrained(policy_dir)
-    config = from_config(RLConfig, {"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 1, **STEP,
+    # at most 4 steps, but a budget of 4 rollouts (2 a step) ends it at step 2, counted across the kill
+    config = from_config(RLConfig, {"num_steps": 4, "rollout_budget": 4, "checkpoint_every": 1,
+                                    "prompts_per_step": 1, **STEP,
                                     "updates_per_batch": 2, "chat_format": "smollm2",
                                     "sampler": {"name": "fixed", "group_size": 2},
                                     "rollout": {"max_new_tokens": 16, "max_turns": 2, "max_context": 1200}})
@@ -269,6 +271,7 @@ def test_train_rl_resumes_a_killed_run_and_refuses_a_changed_config(orchestrator
     with open(os.path.join(workdir, "metrics.jsonl")) as handle:
         assert sorted(metrics) == [1, 2] and len(handle.readlines()) == 2  # step 1 ran once
     assert all(metrics[s]["rollouts_per_group"] == 2 and metrics[s]["reward"] == -1.0 for s in metrics)
+    assert [metrics[s]["rollouts_total"] for s in (1, 2)] == [2, 4]  # the resumed run counted step 1's rollouts
     assert {"informative_groups", "fallback_relaxed", "rollout_s", "learn_s", "rollouts_dropped"} <= set(metrics[2])
     assert sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints"))) == [1, 2]
     assert os.path.exists(os.path.join(workdir, "model", "tokenizer.json"))

@@ -9,14 +9,17 @@ carry values or rise segments (``orchard.data.rise.annotate`` with an
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from orchard.data.chat import make_chat_format
 from orchard.data.examples import Unresolved, write_examples
 from orchard.data.rise import EPSILON, BugLocationEstimator, annotate
+from orchard.data.selection import Selector, select_trajectories
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
 from orchard.eval.splits import split_by_id
@@ -48,16 +51,26 @@ class ExamplesConfig:
     # What unresolved trajectories teach: their rise segments (the paper's credit assignment), every action
     # ("whole") or nothing ("drop": resolved-only SFT); the last two are ablations (orchard.data.examples).
     unresolved: Unresolved = "rise"
+    # Which training trajectories are used (orchard.data.selection): a rule and the fraction it keeps; and,
+    # for matched-token ablation arms, a budget of trained tokens (0: none) filled in a seeded order.
+    select: Selector = "all"
+    fraction: float = 1.0
+    token_budget: float = 0.0
+    selection_seed: int = 0  # the selection's and the budget's order (the split into train and eval keeps `seed`)
 
 
 def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
-                   trajectories: Sequence[Trajectory] | str | None = None) -> tuple[str, str]:
-    """Write ``train.jsonl`` and ``eval.jsonl`` examples into ``directory``; return their paths.
+                   trajectories: Sequence[Trajectory] | str | None = None,
+                   group: Callable[[Trajectory], str] | None = None) -> tuple[str, str]:
+    """Write ``train.jsonl`` and ``eval.jsonl`` examples into ``directory``, and what they hold into
+    ``stats.json``; return the two paths.
 
     ``trajectories`` is a list, a file of them, or ``None`` for the synthetic set. The split is by
-    task (:func:`~orchard.eval.splits.split_by_id`), so no task is in both; eval examples (the same for every
-    ``unresolved`` setting, so the eval loss compares ablation arms) weigh
-    actions only.
+    task (:func:`~orchard.eval.splits.split_by_id`), so no task is in both; eval examples weigh actions
+    only and are the same for every ``unresolved``, ``select``, ``fraction`` and ``token_budget``, so
+    the eval loss compares ablation arms. The training side is then selected
+    (:func:`~orchard.data.selection.select_trajectories`; ``group`` for the ``diverse`` rule) and, with
+    a token budget, shuffled by ``selection_seed`` and filled to it.
     """
     if isinstance(trajectories, str):
         trajectories = list(read_trajectories(trajectories))
@@ -66,10 +79,17 @@ def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
     chat = make_chat_format(config.chat_format, tokenizer)
     train, held = split_by_id(trajectories, config.eval_fraction, config.seed, key=lambda t: t.task_id,
                               at_least_one=True)
+    train = select_trajectories(train, config.select, config.fraction, config.selection_seed, group)
+    if config.token_budget:
+        train = random.Random(config.selection_seed).sample(train, len(train))
     paths = os.path.join(directory, "train.jsonl"), os.path.join(directory, "eval.jsonl")
-    n_train = write_examples(train, chat, paths[0], config.observation_weight, config.unresolved)
-    n_eval = write_examples(held, chat, paths[1])
+    written = write_examples(train, chat, paths[0], config.observation_weight, config.unresolved, config.token_budget)
+    held_written = write_examples(held, chat, paths[1])
+    stats = {"train": written.to_dict(), "eval": held_written.to_dict()}
+    with open(os.path.join(directory, "stats.json"), "w") as handle:
+        json.dump(stats, handle, indent=2)
     resolved = sum(t.outcome.resolved for t in trajectories)
-    log.info("%d trajectories (%d resolved) -> %d train and %d eval examples in %s", len(trajectories), resolved,
-             n_train, n_eval, directory)
+    log.info("%d trajectories (%d resolved) -> %d train examples (%d trajectories, %d resolved, %.0f trained tokens) "
+             "and %d eval examples in %s", len(trajectories), resolved, written.examples, written.trajectories,
+             written.resolved, written.trained_tokens, held_written.examples, directory)
     return paths

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from orchard.data.rise import BugLocationEstimator, annotate
 from orchard.tasks.swe.sft_data import synthetic_trajectories
 from orchard.tasks.swe.synthetic import FLIPS, make_tasks, teacher_trajectory
+from orchard.workdir import read_json
 
 
 def test_tasks_flip_one_operator_in_a_real_file():
@@ -71,3 +74,33 @@ def test_the_ablation_arms_change_what_failed_runs_teach_and_nothing_else(tmp_pa
     assert [len(train) for train, _ in arms.values()] == [12, 12, 6]  # 6 tasks: a resolved and a failed run each
     assert trained["drop"] < trained["rise"] < trained["whole"]
     assert arms["rise"][1] == arms["whole"][1] == arms["drop"][1]
+    stats = {arm: read_json(str(tmp_path / arm / "stats.json")) for arm in arms}
+    assert {arm: s["train"]["trained_tokens"] for arm, s in stats.items()} == pytest.approx(trained)
+    assert [stats[arm]["train"]["resolved"] for arm in arms] == [6, 6, 6]  # matched resolved trajectories
+
+    # Matched trained tokens: the rise arm filled, in a seeded order, to resolved-only SFT's token count, so it
+    # trades resolved runs for rise segments; the eval examples are still the same.
+    budget = stats["drop"]["train"]["trained_tokens"]
+    config = ExamplesConfig(synthetic_tasks=8, eval_fraction=0.25, unresolved="rise", token_budget=budget,
+                            selection_seed=3)
+    _, eval_path = build_examples(config, str(tmp_path / "rise_tokens"), tokenizer)
+    matched = read_json(str(tmp_path / "rise_tokens" / "stats.json"))["train"]
+    assert budget * 0.8 < matched["trained_tokens"] <= budget
+    assert matched["resolved"] < 6 < matched["trajectories"]
+    with open(eval_path) as handle:
+        assert [json.loads(line) for line in handle] == arms["drop"][1]
+
+
+def test_a_selection_changes_only_the_training_examples(tmp_path):
+    from orchard.data.tokenizer import Tokenizer
+    from orchard.models.shipped import smollm2_gguf
+    from orchard.tasks.swe.sft_data import ExamplesConfig, build_examples
+
+    tokenizer = Tokenizer.from_gguf(smollm2_gguf())
+    stats = {}
+    for name, rule, fraction in (("all", "all", 1.0), ("half", "one_per_task", 0.5)):
+        build_examples(ExamplesConfig(synthetic_tasks=8, eval_fraction=0.25, select=rule, fraction=fraction),
+                       str(tmp_path / name), tokenizer)
+        stats[name] = read_json(str(tmp_path / name / "stats.json"))
+    assert stats["all"]["train"]["trajectories"] == 12 and stats["half"]["train"]["trajectories"] == 6
+    assert stats["half"]["eval"] == stats["all"]["eval"]
