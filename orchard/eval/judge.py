@@ -45,6 +45,7 @@ class LLMJudge:
     retries: int = 3
     max_observation_chars: int = 2000
     timeout: float = 300.0
+    max_tokens: int | None = None  # a cap on each reply (None: the server's default)
 
     def prompt(self, trajectory: Trajectory) -> str:
         task = next((m.content for m in trajectory.messages if m.role == "user"), "")
@@ -71,7 +72,8 @@ class LLMJudge:
         try:
             for attempt in range(self.retries + 1):
                 turn = messages if not problem else [*messages, {"role": "user", "content": problem}]
-                body = {"model": self.model, "messages": turn, "temperature": 0.0 if attempt == 0 else 0.7}
+                body = {"model": self.model, "messages": turn, "temperature": 0.0 if attempt == 0 else 0.7,
+                        **({"max_tokens": self.max_tokens} if self.max_tokens else {})}
                 reply = client.post("/v1/chat/completions", body)["choices"][0]["message"]["content"] or ""
                 try:
                     values = parse_values(reply, states)

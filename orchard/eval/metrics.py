@@ -112,3 +112,10 @@ def paired_change(before: Mapping[str, float], after: Mapping[str, float]) -> Pa
 def task_rates(trials: TaskTrials) -> dict[str, float]:
     """Each task's pass fraction."""
     return {task: (sum(map(bool, results)) / len(results) if results else 0.0) for task, results in trials.items()}
+
+
+def seed_spread(values: Sequence[float]) -> dict[str, float]:
+    """The mean of one measure over seeds (or any repeats) and its spread: min, max and how many."""
+    if not values:
+        raise ValueError("no values to summarise")
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values), "n": float(len(values))}

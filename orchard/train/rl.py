@@ -224,7 +224,12 @@ def group_metrics(groups: Sequence[GroupResult]) -> dict[str, float]:
     by BAR); ``resolve_rate`` is over every rollout spent, chosen or not."""
     rollouts = [r for g in groups for r in g.group]
     rewards = [r.reward for r in rollouts if r.reward is not None]
+    chosen = [g for g in groups if g.group]
     return {
+        # the groups the update trains on: how many, the share with reward variance, their positive share
+        "groups_chosen": float(len(chosen)),
+        "informative_chosen": statistics.fmean(g.informative for g in chosen) if chosen else 0.0,
+        "positive_fraction": sum(r > 0 for r in rewards) / len(rewards) if rewards else 0.0,
         "reward": statistics.fmean(rewards) if rewards else 0.0,
         "resolve_rate": sum(g.resolved for g in groups) / max(sum(g.spent for g in groups), 1),  # all rollouts
         "informative_groups": statistics.fmean(g.informative for g in groups) if groups else 0.0,

@@ -83,3 +83,11 @@ def test_the_paired_change_and_its_sign_test():
         paired_change(before, {"a": 1.0})
     with pytest.raises(ValueError, match="must not be negative"):
         sign_test(-1, 2)
+
+
+def test_seed_spread_reports_mean_min_max_and_count():
+    from orchard.eval.metrics import seed_spread
+
+    assert seed_spread([0.25, 0.5, 0.0]) == {"mean": 0.25, "min": 0.0, "max": 0.5, "n": 3.0}
+    with pytest.raises(ValueError, match="no values"):
+        seed_spread([])

@@ -298,6 +298,8 @@ def test_dynamic_filtering_replaces_a_dropped_prompt_with_a_spare():
     assert metrics["groups_dropped"] == 1.0 and metrics["rollouts_per_update"] == 8.0
     assert metrics["resolve_rate"] == 6 / 8  # over every rollout spent, the dropped group's included
     assert metrics["informative_groups"] == 0.5  # counted over both groups, as the rollouts were spent on both
+    # the update's groups: one, informative, with half its rollouts positive
+    assert (metrics["groups_chosen"], metrics["informative_chosen"], metrics["positive_fraction"]) == (1.0, 1.0, 0.5)
 
 
 def test_a_group_samples_fresh_indices_for_every_stride():
