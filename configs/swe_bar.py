@@ -72,8 +72,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
                              "seq_len": 1024, "batch_size": 4, "grad_accum": 1})
     config.sft.optim = ConfigDict({"peak_lr": 1e-2, "final_lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.01,
                                    "clip_norm": 1.0, "master_dtype": ""})
+    # Which teacher trajectories train (orchard.data.selection: all, or a `fraction` by a rule; and a trained-token
+    # budget, 0: none), and what unresolved ones teach: their rise segments (the method), "whole" or "drop".
     config.sft.examples = ConfigDict({"eval_fraction": 0.05, "epsilon": 0.05, "observation_weight": 0.5,
-                                      "unresolved": "rise"})
+                                      "unresolved": "rise", "select": "all", "fraction": 1.0, "token_budget": 0.0})
 
     # Stage 4: BAR RL, 14 steps of 8 prompts (about 40 rollouts an update) at a constant 5e-4.
     config.rl = ConfigDict({"num_steps": 14, "checkpoint_every": 2, "prompts_per_step": 8, "updates_per_batch": 1,

@@ -49,7 +49,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     # The synthetic trajectories are 660 to 1040 tokens: one resolved and one unresolved run of each task.
     config.examples = ConfigDict({"synthetic_tasks": 96, "eval_fraction": 0.125, "epsilon": 0.05,
-                                  "observation_weight": 0.0, "unresolved": "rise"})
+                                  "observation_weight": 0.0, "unresolved": "rise", "select": "all", "fraction": 1.0,
+                                  "token_budget": 0.0})
     config.sft = ConfigDict({"num_steps": 100, "log_every": 10, "eval_every": 50, "checkpoint_every": 50,
                              "seq_len": 1024, "batch_size": 2, "grad_accum": 1})
     config.sft.optim = ConfigDict({"peak_lr": 1e-2, "final_lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.01,

@@ -290,13 +290,14 @@ def trained_policy(config: SharedStages, directory: str, mesh: Mesh | None = Non
 
 
 def sft_stage(config: SWEConfig, workdir: str, trajectories: Sequence[Trajectory], tokenizer: Tokenizer,
-              tokenizer_dir: str, inputs: dict[str, str], rerun: bool) -> tuple[str, str]:
+              tokenizer_dir: str, inputs: dict[str, str], rerun: bool,
+              group: Callable[[Trajectory], str] | None = None) -> tuple[str, str]:
     """Stage 4: credit-assignment SFT; returns the trained policy's directory (with its tokenizer)
-    and its fingerprint."""
+    and its fingerprint. ``group``: a trajectory's group, for the ``diverse`` selection rule."""
     data = Stage(os.path.join(workdir, "sft_data"), "sft_data", config.examples, inputs)
     if data.open(rerun) != "done":
-        build_examples(config.examples, data.directory, tokenizer, trajectories)
-        data.finish()
+        build_examples(config.examples, data.directory, tokenizer, trajectories, group)
+        data.finish(read_json(os.path.join(data.directory, "stats.json"))["train"])
     directory = os.path.join(workdir, "sft")
     train_and_evaluate(config.sft, directory, examples=os.path.join(data.directory, "train.jsonl"),
                        eval_examples=os.path.join(data.directory, "eval.jsonl"), vocab_size=tokenizer.vocab_size,
