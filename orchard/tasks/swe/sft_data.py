@@ -9,7 +9,6 @@ carry values or rise segments (``orchard.data.rise.annotate`` with an
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -24,6 +23,7 @@ from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
 from orchard.eval.splits import split_by_id
 from orchard.tasks.swe.synthetic import make_tasks, teacher_trajectory
+from orchard.workdir import write_json
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +85,7 @@ def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
     paths = os.path.join(directory, "train.jsonl"), os.path.join(directory, "eval.jsonl")
     written = write_examples(train, chat, paths[0], config.observation_weight, config.unresolved, config.token_budget)
     held_written = write_examples(held, chat, paths[1])
-    stats = {"train": written.to_dict(), "eval": held_written.to_dict()}
-    with open(os.path.join(directory, "stats.json"), "w") as handle:
-        json.dump(stats, handle, indent=2)
+    write_json(os.path.join(directory, "stats.json"), {"train": written.to_dict(), "eval": held_written.to_dict()})
     resolved = sum(t.outcome.resolved for t in trajectories)
     log.info("%d trajectories (%d resolved) -> %d train examples (%d trajectories, %d resolved, %.0f trained tokens) "
              "and %d eval examples in %s", len(trajectories), resolved, written.examples, written.trajectories,
