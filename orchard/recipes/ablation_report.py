@@ -87,9 +87,13 @@ def scale_table(summary: dict[str, Any], measure: str = "greedy") -> str:
 
 
 def rl_table(summary: dict[str, Any]) -> str:
-    """The samplers at an equal rollout budget: their rollout economy and held-out rates after RL."""
-    names = ["informative_chosen", "rollouts_per_update", "positive_fraction", "updates", "greedy", "sampled"]
-    header = ["sampler", "informative share of chosen groups", "rollouts per update", "positive share",
+    """The samplers at an equal rollout budget (each run stops at the first step that reaches it, so it can
+    overshoot by up to one step's rollouts): their rollout economy and held-out rates after RL."""
+    names = ["rollouts", "informative_chosen", "informative_per_100_rollouts", "rollouts_per_update",
+             "positive_fraction", "updates", "greedy", "sampled"]
+    header = ["sampler", "rollouts generated", "informative share of chosen groups",
+              "informative groups per 100 rollouts",
+              "rollouts per update", "positive share",
               "updates", "greedy after RL", "sampled after RL", "sampled vs SFT: up / down, p"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for sampler, entry in summary["samplers"].items():
@@ -176,11 +180,11 @@ def plot_rl(summary: dict[str, Any], path: str) -> str:
     curves.set_ylim(0, 1)
     curves.set_title(f"equal budget: {summary['budget']} rollouts a run")
     curves.legend(fontsize=8)
-    names = [("informative_chosen", "informative share"), ("positive_fraction", "positive share"),
-             ("rollouts_per_update", "rollouts per update / 100")]
+    names = [("informative_chosen", "informative share"), ("informative_per_100_rollouts", "informative per rollout"),
+             ("positive_fraction", "positive share"), ("rollouts_per_update", "rollouts per update / 100")]
     width = 0.8 / max(len(summary["samplers"]), 1)
     for k, (sampler, entry) in enumerate(summary["samplers"].items()):
-        scale = [1.0, 1.0, 0.01]
+        scale = [1.0, 0.01, 1.0, 0.01]
         spreads = [{key: v * s for key, v in entry["spread"][n].items()} for (n, _), s in zip(names, scale, strict=True)]
         economy.bar([i + k * width for i in range(len(names))], [s["mean"] for s in spreads], width,
                     yerr=_error_bars(spreads), capsize=3, label=sampler, color=f"C{k}")

@@ -336,17 +336,20 @@ async def run_scale_vs_selection(config: ConfigDict, workdir: str, *, rerun: boo
 
 
 def rl_run_summary(rl_dir: str, start: dict[str, float], result: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """One RL run's rollout economy, from its metrics, and its final evaluation: informative share of the
-    chosen groups, rollouts per update, positive share of the chosen rollouts, and the greedy held-out
-    curve against rollouts spent (from the SFT policy's rate at 0 to the final policy's)."""
+    """One RL run's rollout economy, from its metrics, and its final evaluation: rollouts generated, the
+    informative share of the chosen groups, informative groups bought per 100 rollouts, rollouts per update,
+    the positive share of the chosen rollouts, and the greedy held-out curve against rollouts spent (from
+    the SFT policy's rate at 0 to the final policy's)."""
     metrics = [m for _, m in sorted(read_metrics(rl_dir).items())]
     chosen = sum(m["groups_chosen"] for m in metrics)
+    informative = sum(m["informative_chosen"] * m["groups_chosen"] for m in metrics)
     spent = metrics[-1]["rollouts_total"] if metrics else 0.0
     curve = [(0.0, start["resolve_rate"])]
     curve += [(m["rollouts_total"], m["held_out_success/held_out"]) for m in metrics if "held_out_success/held_out" in m]
     curve.append((spent, result["greedy"]["resolve_rate"]))
     return {"steps": len(metrics), "rollouts": spent, "updates": sum(m["groups_chosen"] > 0 for m in metrics),
-            "informative_chosen": sum(m["informative_chosen"] * m["groups_chosen"] for m in metrics) / max(chosen, 1),
+            "informative_chosen": informative / max(chosen, 1),
+            "informative_per_100_rollouts": 100 * informative / max(spent, 1),
             "rollouts_per_update": spent / max(sum(m["groups_chosen"] > 0 for m in metrics), 1),
             "rollouts_per_group": spent / max(chosen, 1),
             "positive_fraction": (sum(m["positive_fraction"] * m["groups_chosen"] for m in metrics) / max(chosen, 1)),
@@ -392,8 +395,8 @@ async def run_rl_study(config: ConfigDict, workdir: str, *, rerun: bool = False)
                     per_seed[seed] = rl_run_summary(rl_dir, init["eval"]["greedy"], result)
                 entry = {"seeds": {str(s): r for s, r in per_seed.items()},
                          "spread": {m: seed_spread([r[m] for r in per_seed.values()])
-                                    for m in ("informative_chosen", "rollouts_per_update", "positive_fraction",
-                                              "steps", "updates")}
+                                    for m in ("rollouts", "informative_chosen", "informative_per_100_rollouts",
+                                              "rollouts_per_update", "positive_fraction", "steps", "updates")}
                          | {p: seed_spread([r["eval"][p]["resolve_rate"] for r in per_seed.values()]) for p in passes},
                          "change_from_sft": {p: paired([os.path.join(init_dir, "eval", f"sft_{p}")],
                                                        [os.path.join(init_dir, "eval", f"rl_{sampler}_s{s}_{p}")

@@ -69,6 +69,7 @@ def test_an_rl_runs_summary_counts_its_rollouts_and_updates(tmp_path):
     assert (summary["steps"], summary["rollouts"], summary["updates"]) == (3, 60, 2)  # step 2 dropped every group
     assert summary["rollouts_per_update"] == 30 and summary["rollouts_per_group"] == 60 / 8
     assert summary["informative_chosen"] == 0.75 and summary["positive_fraction"] == 0.375  # over chosen groups
+    assert summary["informative_per_100_rollouts"] == 10  # 2 + 4 informative groups for 60 rollouts
     assert summary["greedy_curve"] == [(0.0, 0.05), (24, 0.1), (60, 0.3)]  # SFT, mid-RL, final
 
 
@@ -89,7 +90,8 @@ def test_the_tables_carry_every_seeds_spread():
     grid = {"grid": {"random": {"0.5": arms["drop"], "1": arms["rise"]}}, "fractions": [0.5, 1.0]}
     assert "| random | 0.200 [0.100, 0.300] | 0.300 [0.200, 0.400] |" in scale_table(grid)
     spread = {"mean": 1.0, "min": 1.0, "max": 1.0, "n": 2.0}
-    sampler = {"spread": {n: spread for n in ("informative_chosen", "rollouts_per_update", "positive_fraction",
-                                              "updates", "greedy", "sampled")},
+    sampler = {"spread": {n: spread for n in ("rollouts", "informative_chosen", "informative_per_100_rollouts",
+                                              "rollouts_per_update", "positive_fraction", "updates", "greedy",
+                                              "sampled")},
                "change_from_sft": {"sampled": change}}
     assert rl_table({"samplers": {"bar": sampler}}).splitlines()[-1].startswith("| bar | 1.00 [1.00, 1.00] |")
