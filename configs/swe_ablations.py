@@ -33,11 +33,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                 "seeds": (0, 1, 2), "passes": ("greedy", "sampled"), "judge_trajectories": 3,
                                 "judge_model": "smollm2", "judge_max_tokens": 256})
     config.scale = ConfigDict({"fractions": (0.25, 0.5, 1.0), "selectors": ("random", "diverse"),
-                               "seeds": (0,), "passes": ("greedy", "sampled")})
+                               "seeds": (0, 1), "passes": ("greedy", "sampled")})
     # The samplers from the 700-step SFT policy (the main job's), BAR also from a 250-step one; each run stops at
     # the rollout budget: about 5 BAR steps of 8 prompts (the main job's RL spends about 40 rollouts a step).
     config.rl.rollout_budget = 200
-    config.rl_study = ConfigDict({"samplers": ("bar", "fixed", "dynamic"), "seeds": (0, 1), "init_steps": (250, 700),
+    config.rl_study = ConfigDict({"samplers": ("bar", "fixed", "dynamic"), "seeds": (0, 1, 2), "init_steps": (250, 700),
                                   "max_steps": 100, "eval_every": 2})
     config.eval.samples = 4  # sampled held-out episodes a task, for every arm of every seed
     if variant == "tiny":
