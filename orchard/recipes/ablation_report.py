@@ -92,9 +92,8 @@ def rl_table(summary: dict[str, Any]) -> str:
     names = ["rollouts", "informative_chosen", "informative_per_100_rollouts", "rollouts_per_update",
              "positive_fraction", "updates", "greedy", "sampled"]
     header = ["sampler", "rollouts generated", "informative share of chosen groups",
-              "informative groups per 100 rollouts",
-              "rollouts per update", "positive share",
-              "updates", "greedy after RL", "sampled after RL", "sampled vs SFT: up / down, p"]
+              "informative groups per 100 rollouts", "rollouts per update", "positive share", "updates",
+              "greedy after RL", "sampled after RL", "sampled vs SFT: up / down, p"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for sampler, entry in summary["samplers"].items():
         change = entry["change_from_sft"]["sampled"]

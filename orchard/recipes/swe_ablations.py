@@ -344,13 +344,14 @@ def rl_run_summary(rl_dir: str, start: dict[str, float], result: dict[str, dict[
     chosen = sum(m["groups_chosen"] for m in metrics)
     informative = sum(m["informative_chosen"] * m["groups_chosen"] for m in metrics)
     spent = metrics[-1]["rollouts_total"] if metrics else 0.0
+    updates = sum(m["groups_chosen"] > 0 for m in metrics)
     curve = [(0.0, start["resolve_rate"])]
     curve += [(m["rollouts_total"], m["held_out_success/held_out"]) for m in metrics if "held_out_success/held_out" in m]
     curve.append((spent, result["greedy"]["resolve_rate"]))
-    return {"steps": len(metrics), "rollouts": spent, "updates": sum(m["groups_chosen"] > 0 for m in metrics),
+    return {"steps": len(metrics), "rollouts": spent, "updates": updates,
             "informative_chosen": informative / max(chosen, 1),
             "informative_per_100_rollouts": 100 * informative / max(spent, 1),
-            "rollouts_per_update": spent / max(sum(m["groups_chosen"] > 0 for m in metrics), 1),
+            "rollouts_per_update": spent / max(updates, 1),
             "rollouts_per_group": spent / max(chosen, 1),
             "positive_fraction": (sum(m["positive_fraction"] * m["groups_chosen"] for m in metrics) / max(chosen, 1)),
             "greedy_curve": curve, "eval": result}

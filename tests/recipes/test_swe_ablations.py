@@ -95,3 +95,5 @@ def test_the_tables_carry_every_seeds_spread():
                                               "sampled")},
                "change_from_sft": {"sampled": change}}
     assert rl_table({"samplers": {"bar": sampler}}).splitlines()[-1].startswith("| bar | 1.00 [1.00, 1.00] |")
+    header, _, row = rl_table({"samplers": {"bar": sampler}}).splitlines()
+    assert "informative groups per 100 rollouts" in header and header.count("|") == row.count("|")
