@@ -22,7 +22,7 @@ Variants:
                  one a data-parallel group), about 28 GiB a chip by orchard.train.plan's estimate.
                  ``--dry-run`` prints its memory per device (orchard.train.plan) and launches nothing.
 
-Blocks: ``examples`` (orchard.tasks.swe.sft_data.ExamplesConfig) and ``sft``
+Blocks: ``examples`` (orchard.recipes.sft_data.ExamplesConfig) and ``sft``
 (orchard.train.sft.SFTConfig); ``seed``, ``trajectories``, ``tokenizer``, ``chat``, ``model`` and
 ``mesh`` are shared; ``export``: where the final model is linked for the next stage (empty: nowhere).
 Any field can be overridden: --config.sft.num_steps=50 --config.sft.seq_len=256.

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 from absl import app
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # configs/ imports
 from orchard.recipes.claw_cross_harness import run
-from orchard.recipes.claw_report import check_config
+from orchard.recipes.claw import CLAW
 from orchard.recipes.cli import define_recipe_flags, recipe_main
 from orchard.recipes.report import plot_matrix
 
@@ -33,4 +31,4 @@ def finish(summary: dict, workdir: str) -> None:
 
 
 if __name__ == "__main__":
-    app.run(recipe_main(run, check_config, finish))
+    app.run(recipe_main(run, CLAW.check_config, finish))

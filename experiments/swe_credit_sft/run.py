@@ -23,7 +23,7 @@ from orchard.config import from_config
 from orchard.data.tokenizer import Tokenizer
 from orchard.models.shipped import resolve
 from orchard.recipes.cli import dry_run
-from orchard.tasks.swe.sft_data import ExamplesConfig, build_examples
+from orchard.recipes.sft_data import ExamplesConfig, build_examples
 from orchard.train.follow import follow_controller
 from orchard.train.sft import SFTConfig, train_and_evaluate
 from orchard.workdir import Stage, write_json

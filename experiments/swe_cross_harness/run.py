@@ -19,9 +19,9 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # configs/ imports
 from orchard.recipes.cross_harness import run
-from orchard.recipes.report import check_config, matrix_passes, plot_matrix
+from orchard.recipes.report import matrix_passes, plot_matrix
+from orchard.recipes.swe import SWE
 from orchard.workdir import StaleStage
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "swe_cross_harness.py")
@@ -34,7 +34,7 @@ def main(_: list[str]) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     absl_logging.set_verbosity(absl_logging.WARNING)
     config, workdir = flags.FLAGS.config, flags.FLAGS.workdir
-    if problems := check_config(config):
+    if problems := SWE.check_config(config):
         sys.exit("config errors:\n  " + "\n  ".join(problems))
     try:
         summary = run(config, workdir, rerun=flags.FLAGS.rerun)

@@ -8,7 +8,7 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from orchard.config import ConfigError, from_config
-from orchard.recipes.report import check_config as check_main_job
+from orchard.recipes.swe import SWE
 from orchard.recipes.swe_ablations import STUDIES, CreditConfig, RLStudyConfig, ScaleConfig, unresolved_arm
 
 PASS_LABELS = {"greedy": "greedy", "sampled": "sampled (avg@k)", "pass_at_k": "pass@k"}
@@ -17,7 +17,7 @@ PASS_LABELS = {"greedy": "greedy", "sampled": "sampled (avg@k)", "pass_at_k": "p
 def check_config(config: ConfigDict) -> list[str]:
     """The main job's config check, then the studies' blocks: their fields, the arms' names, and an RL study
     without a rollout budget."""
-    problems = check_main_job(config)
+    problems = SWE.check_config(config)
     unknown = sorted(set(config.get("studies", ())) - set(STUDIES))
     if unknown:
         problems.append(f"studies: unknown {unknown}, of {sorted(STUDIES)}")

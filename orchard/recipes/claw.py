@@ -1,17 +1,8 @@
-"""Orchard-Claw in one call: generated tasks, teacher trajectories through two harnesses, SFT, GRPO,
+"""Orchard-Claw as a task family of the recipe runner: generated tasks, teacher trajectories through two harnesses, SFT, GRPO,
 and held-out evaluation in both harnesses with the Claw metrics.
 
-:func:`run_recipe` chains the stages over one workdir; each is a :class:`~orchard.workdir.Stage`::
-
-    config.json        the whole resolved config of the last run
-    tasks/             train/ and held_out/: one task spec per file (orchard.tasks.claw.generate)
-    teacher/           trajectories.jsonl: the teacher's completed episodes in every teacher harness
-    tokenizer/         a BPE of the teacher text, tool schemas and calls included
-    sft_data/, sft/    examples, checkpoints, metrics, model/ (as the SWE recipe's)
-    rl/                GRPO in ``harness.rl``: checkpoints, metrics, model/
-    eval/<stage>_<harness>/  result.json and the episodes behind it: stage init, sft or rl; harness
-                       one of ``harness.eval``; ``eval.samples`` sampled episodes a held-out task
-    summary.json
+``python experiments/claw_grpo/run.py`` runs it (:mod:`orchard.recipes.runner` has the stages and the
+workdir; ``tasks/`` holds ``train/`` and ``held_out/``, one task spec per file).
 
 **Splits.** The generator holds out parameter combinations (:mod:`orchard.tasks.claw.generate`): no
 held-out task has a value of its family's held-out parameter that a training task has. The training
@@ -38,13 +29,11 @@ that an untrained policy's episodes end within the CPU budget; GRPO's batch and 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ml_collections import ConfigDict
@@ -52,41 +41,26 @@ from ml_collections import ConfigDict
 from orchard.config import fingerprint, from_config
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories, save_trajectories
-from orchard.env import AsyncSandboxClient, orchestrator
 from orchard.eval.claw_score import claw_table
-from orchard.eval.metrics import paired_change
-from orchard.eval.runner import Evaluation, evaluate_policy
+from orchard.eval.runner import Evaluation
 from orchard.eval.splits import split_by_id
 from orchard.harness.claw import ClawHarness, claw_shell_harness
 from orchard.harness.core import Harness
 from orchard.harness.episode import EpisodeRunner, SandboxPool
-from orchard.models.build import build_model
-from orchard.models.shipped import resolve
-from orchard.models.transformer import Transformer
-from orchard.recipes.swe import (
-    Clock,
-    SharedStages,
-    episodes_path,
-    message_texts,
-    sft_stage,
-    shared_stages,
-    tokenizer_stage,
-    trained_policy,
-)
-from orchard.rollout.jax_engine import JaxEngine, model_chat_format
+from orchard.recipes.family import Context, Family, Split, Teaching
+from orchard.recipes.runner import RecipeResult, run_recipe
+from orchard.recipes.sft_data import ExamplesConfig
+from orchard.recipes.stages import Made, SharedStages, message_texts, shared_stages, task_ids, text_sft_stage
 from orchard.tasks.claw.collect import collect
 from orchard.tasks.claw.generate import generate_tasks, read_tasks, write_tasks
 from orchard.tasks.claw.oracle import VARIANTS, plan_teacher
 from orchard.tasks.claw.task import ClawTask
-from orchard.tasks.swe.sft_data import ExamplesConfig
-from orchard.train.metrics import read_metrics
-from orchard.train.rl import make_policy, train_rl
-from orchard.workdir import Stage, made_by, read_json, write_json
+from orchard.workdir import Stage
 
 log = logging.getLogger(__name__)
 PASS_K = 3  # pass^k and pass@k are reported at k = 3, as the paper's
-STAGES = ("init", "sft", "rl")
 HARNESSES = {"claw": ClawHarness, "claw-shell": claw_shell_harness}  # name -> factory
+TOOL_FORMATS = ("qwen3",)  # chat formats that write tool schemas and calls (the ReAct harness needs them)
 
 
 def make_harness(name: str) -> Harness:
@@ -142,36 +116,8 @@ def claw_config(config: ConfigDict) -> ClawConfig:
                              "sft.examples"))
 
 
-@dataclass
-class ClawSplit:
-    sft: list[ClawTask]
-    rl: list[ClawTask]
-    held_out: list[ClawTask]
-
-    def counts(self) -> dict[str, int]:
-        return {"sft": len(self.sft), "rl": len(self.rl), "held_out": len(self.held_out)}
-
-
-@dataclass
-class ClawResult:
-    held_out: dict[str, dict[str, dict[str, Any]]]  # harness -> stage -> metrics (claw_table's, and the runner's)
-    changes: dict[str, dict[str, dict[str, float]]]  # harness -> "sft_vs_init" / "rl_vs_sft" -> paired change
-    rl_metrics: dict[int, dict[str, float]]
-    tasks: dict[str, int]
-    teacher: dict[str, Any]
-    seconds: dict[str, float]
-    rl_harness: str = "claw"
-    per_task: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # harness -> stage -> claw rows
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"held_out": self.held_out, "changes": self.changes,
-                "rl_metrics": {str(k): v for k, v in self.rl_metrics.items()}, "tasks": self.tasks,
-                "teacher": self.teacher, "seconds": self.seconds, "rl_harness": self.rl_harness,
-                "per_task": self.per_task}
-
-
-def tasks_stage(config: ClawConfig, workdir: str, rerun: bool) -> tuple[ClawSplit, str]:
-    """Stage 1: the task specs (a directory, or generated once into ``tasks/``) and their split."""
+def tasks_stage(config: ClawConfig, workdir: str, rerun: bool) -> Split:
+    """The task specs (a directory, or generated once into ``tasks/``) and their split."""
     tasks = config.tasks
     if tasks.path:
         generated, tasks_made_by = read_tasks(tasks.path), fingerprint({"tasks": os.path.abspath(tasks.path)})
@@ -191,24 +137,20 @@ def tasks_stage(config: ClawConfig, workdir: str, rerun: bool) -> tuple[ClawSpli
     sft, rl = split_by_id(generated.train, tasks.rl_fraction, config.seed, key=lambda spec: spec.id,
                           at_least_one=tasks.rl_fraction > 0)
     sft_tasks = [ClawTask(s) for s in sft]  # with rl_fraction = 0, RL samples the SFT tasks
-    return ClawSplit(sft_tasks, [ClawTask(s) for s in rl] or sft_tasks,
-                     [ClawTask(s) for s in generated.held_out]), tasks_made_by
+    return Split(sft=sft_tasks, rl=[ClawTask(s) for s in rl] or sft_tasks,
+                 held_out={"held_out": [ClawTask(s) for s in generated.held_out]}, made_by=tasks_made_by)
 
 
-def _ids(tasks: Sequence[ClawTask]) -> str:
-    return fingerprint(sorted(task.id for task in tasks))
-
-
-async def teacher_stage(config: ClawConfig, workdir: str, client: AsyncSandboxClient, pool: SandboxPool | None,
-                        split: ClawSplit, tasks_made_by: str, rerun: bool) -> tuple[list[Trajectory], dict[str, Any], str]:
-    """Stage 2: the oracle teacher on every SFT task in every teacher harness; the completed episodes."""
-    stage = Stage(os.path.join(workdir, "teacher"), "teacher", config.teacher,
-                  {"tasks": tasks_made_by, "sft_tasks": _ids(split.sft)})
+async def teacher_stage(ctx: Context, split: Split) -> Teaching:
+    """The oracle teacher on every SFT task in every teacher harness; the completed episodes."""
+    config: ClawConfig = ctx.settings
+    stage = Stage(os.path.join(ctx.workdir, "teacher"), "teacher", config.teacher,
+                  {"tasks": split.made_by, "sft_tasks": task_ids(split.sft)})
     path = os.path.join(stage.directory, "trajectories.jsonl")
-    if stage.open(rerun) == "done":
-        return list(read_trajectories(path)), stage.summary(), stage.fingerprint
+    if stage.open(ctx.rerun) == "done":
+        return Teaching(list(read_trajectories(path)), stage.summary(), stage.fingerprint)
     teacher = config.teacher
-    runner = EpisodeRunner(client, concurrency=teacher.concurrency, pool=pool)
+    runner = EpisodeRunner(ctx.client, concurrency=teacher.concurrency, pool=ctx.pool)
     collection = await collect(runner, split.sft, [make_harness(name) for name in teacher.harnesses],
                                plan_teacher(teacher.variants), teacher.samples, seed=config.seed)
     if collection.errors:
@@ -220,145 +162,95 @@ async def teacher_stage(config: ClawConfig, workdir: str, client: AsyncSandboxCl
     summary = collection.summary()
     log.info("teacher: %s", summary)
     stage.finish(summary)
-    return collection.kept, summary, stage.fingerprint
+    return Teaching(collection.kept, summary, stage.fingerprint)
 
 
-@dataclass
-class Teaching:
-    """What the teacher stage and the tokenizer stage made: the episodes and the tokenizer, with their fingerprints."""
+class ClawFamily(Family):
+    name = "claw"
+    title = "Orchard-Claw: held-out tasks"
+    measures = ("pass_hat_k", "pass_at_k", "mean_score", "safety_violations")
 
-    trajectories: list[Trajectory]
-    summary: dict[str, Any]
-    made_by: str
-    tokenizer: Tokenizer
-    tokenizer_dir: str
-    tokenizer_made_by: str
+    def typed(self, config: ConfigDict) -> ClawConfig:
+        return claw_config(config)
 
+    def check(self, config: ClawConfig) -> list[str]:
+        problems = []
+        tasks, teacher = config.tasks, config.teacher
+        if not tasks.path and tasks.count_per_family < 2:
+            problems.append("tasks.count_per_family must be at least 2 (a training and a held-out task of each family)")
+        for name in ("held_out_share", "rl_fraction"):
+            if not 0.0 <= getattr(tasks, name) < 1.0:
+                problems.append(f"tasks.{name} must be in [0, 1), got {getattr(tasks, name)}")
+        if not 0.0 <= tasks.fault_rate <= 1.0:
+            problems.append(f"tasks.fault_rate must be in [0, 1], got {tasks.fault_rate}")
+        if unknown := [h for h in (*teacher.harnesses, config.harness.rl, *config.harness.eval) if h not in HARNESSES]:
+            problems.append(f"harnesses {unknown} are not Claw harnesses: {', '.join(HARNESSES)}")
+        if unknown := [v for v in teacher.variants if v not in VARIANTS]:
+            problems.append(f"teacher.variants {unknown} are not among {', '.join(VARIANTS)}")
+        if (config.sft.num_steps or not config.tokenizer.path) and not (teacher.samples and teacher.harnesses):
+            problems.append("teacher: SFT and a trained tokenizer need teacher episodes (teacher.samples and harnesses)")
+        if not config.sft.num_steps and not config.model.path:
+            problems.append("model: without SFT, RL starts from model.path, which is empty")
+        if not config.tokenizer.path and config.tokenizer.train_vocab < 260:
+            problems.append("tokenizer: set tokenizer.path, or tokenizer.train_vocab >= 260 (256 bytes + specials)")
+        if config.chat_format not in TOOL_FORMATS:
+            problems.append(f"chat.format must write tool calls: one of {', '.join(TOOL_FORMATS)}, got "
+                            f"{config.chat_format!r}")
+        if config.eval.samples < PASS_K:
+            problems.append(f"eval.samples must be at least {PASS_K}: pass^{PASS_K} and pass@{PASS_K} need as many "
+                            "episodes a task")
+        return problems
 
-async def teaching(config: ClawConfig, workdir: str, client: AsyncSandboxClient, pool: SandboxPool | None,
-                   split: ClawSplit, tasks_made_by: str, rerun: bool) -> Teaching:
-    """Stages 2 and 3: the teacher's episodes (:func:`teacher_stage`) and the tokenizer over their text."""
-    trajectories, summary, made_by = await teacher_stage(config, workdir, client, pool, split, tasks_made_by, rerun)
-    tokenizer, directory, tokenizer_made_by = tokenizer_stage(config, workdir, trajectories, made_by, rerun,
-                                                              texts=teacher_texts)
-    return Teaching(trajectories, summary, made_by, tokenizer, directory, tokenizer_made_by)
+    def open(self, ctx: Context) -> None:
+        pool = ctx.settings.harness.pool
+        ctx.pool = SandboxPool(pool) if pool else None
 
+    async def tasks(self, ctx: Context) -> Split:
+        return await asyncio.to_thread(tasks_stage, ctx.settings, ctx.workdir, ctx.rerun)  # generation runs its own loop
 
-def teacher_texts(trajectories: Sequence[Trajectory]) -> list[str]:
-    """What the BPE learns from: the messages (system prompts, tool answers and calls included) and
-    every distinct tool schema the policy is offered, as the chat template writes them."""
-    schemas = sorted({json.dumps(tool, ensure_ascii=False) for t in trajectories for tool in t.tools or ()})
-    return [*schemas, *message_texts(trajectories)]
+    async def teach(self, ctx: Context, split: Split) -> Teaching:
+        return await teacher_stage(ctx, split)
 
+    def tokenizer_texts(self, trajectories: Sequence[Trajectory]) -> list[str]:
+        """The messages (system prompts, tool answers and calls included) and every distinct tool schema the
+        policy is offered, as the chat template writes them."""
+        schemas = sorted({json.dumps(tool, ensure_ascii=False) for t in trajectories for tool in t.tools or ()})
+        return [*schemas, *message_texts(trajectories)]
 
-async def evaluation_stage(config: ClawConfig, workdir: str, client: AsyncSandboxClient, pool: SandboxPool | None,
-                           name: str, harness: str, model: Transformer | None, tokenizer: Tokenizer | None,
-                           tasks: Sequence[ClawTask], inputs: dict[str, str], rerun: bool,
-                           external: Callable[[float], AbstractAsyncContextManager[Any]] | None = None
-                           ) -> dict[str, Any]:
-    """Stage 5: ``eval.samples`` sampled episodes of every held-out task in ``harness`` by ``model``;
-    the runner's metrics and the Claw table (pass^3, pass@3, mean score, safety violations, per task).
-    For a harness Orchard does not run, ``external(temperature)`` opens its runner (the policy served
-    for the occasion: :func:`orchard.recipes.cross_harness.third_party_runner`) and ``model`` is unused."""
-    temperature = config.rl.rollout.temperature
-    settings = {"samples": config.eval.samples, "temperature": temperature, "rollout": config.rl.rollout,
-                "chat_format": config.chat_format, "seed": config.seed, "harness": harness}
-    stage = Stage(os.path.join(workdir, "eval", f"{name}_{harness}"), "eval", settings,
-                  {**inputs, "tasks": _ids(tasks)})
-    result_path = os.path.join(stage.directory, "result.json")
-    if stage.open(rerun) == "done":
-        return read_json(result_path)
-    label = f"eval {name} {harness}"
-    if external is not None:
-        async with external(temperature) as runner:
-            evaluation = await evaluate_policy(runner, tasks, config.eval.samples, seed=config.seed, name=label)
-    else:
-        if model is None or tokenizer is None:
-            raise ValueError(f"evaluating in {harness} needs the policy's model and tokenizer")
-        chat_format = model_chat_format(config.chat_format, tokenizer, model)
-        policy = make_policy(config.rl, JaxEngine(model, tokenizer), chat_format, temperature=temperature)
-        runner = config.rl.rollout.runner(client, make_harness(harness), policy, pool=pool)
-        evaluation = await evaluate_policy(runner, tasks, config.eval.samples, seed=config.seed, name=label)
-    result = {**evaluation.metrics(), **claw_table(evaluation.trajectories, PASS_K),
-              "timed_out": float(sum(t.outcome.status == "timed_out" for t in evaluation.trajectories))}
-    save_trajectories(episodes_path(stage.directory), evaluation.trajectories)
-    write_json(result_path, result)
-    stage.finish()
-    return result
+    def sft(self, ctx: Context, workdir: str, trajectories: Sequence[Trajectory], tokenizer: Tokenizer,
+            tokenizer_made: Made, inputs: dict[str, str]) -> Made:
+        return text_sft_stage(ctx.settings, workdir, ctx.settings.examples, trajectories, tokenizer,
+                              tokenizer_made.directory, inputs, ctx.rerun)
 
+    def eval_harnesses(self, ctx: Context) -> dict[str, Harness]:
+        return {name: make_harness(name) for name in ctx.settings.harness.eval}
 
-def stage_change(workdir: str, harness: str, before: str, after: str) -> dict[str, float]:
-    """The paired per-task change of the pass rate (score at least 0.75) in ``harness`` from stage
-    ``before`` to ``after``, and its one-sided sign test."""
-    rates = [Evaluation.of(list(read_trajectories(episodes_path(os.path.join(workdir, "eval", f"{s}_{harness}")))))
-             .task_rates() for s in (before, after)]
-    return paired_change(*rates).to_dict()
+    def passes(self, stage: str, rl_start: str) -> tuple[str, ...]:
+        return ("sampled",)  # pass^k and pass@k at every stage
 
+    def eval_label(self, stage: str, pass_: str, held_out: str, harness: str) -> str:
+        return f"eval {stage} {harness}"
 
-async def run_recipe(config: ConfigDict, workdir: str, *, rerun: bool = False) -> ClawResult:
-    """The stages of Orchard-Claw over ``workdir``; see the module docstring."""
-    settings = claw_config(config)
-    for name in (*settings.teacher.harnesses, settings.harness.rl, *settings.harness.eval):
-        make_harness(name)  # an unknown harness stops the run before anything runs
-    os.makedirs(workdir, exist_ok=True)
-    write_json(os.path.join(workdir, "config.json"), config)
-    clock = Clock()
-    split, tasks_made_by = await asyncio.to_thread(tasks_stage, settings, workdir, rerun)  # generation runs its own loop
-    clock.lap("tasks")
-    held: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in settings.harness.eval}
-    with orchestrator(settings.env.url, settings.env.api_key) as endpoint:
-        client = endpoint.async_client()
-        pool = SandboxPool(settings.harness.pool) if settings.harness.pool else None
-        try:
-            taught = await teaching(settings, workdir, client, pool, split, tasks_made_by, rerun)
-            tokenizer = taught.tokenizer
-            clock.lap("collect")
+    def eval_metrics(self, ctx: Context, split: Split, held_out: str, evaluation: Evaluation) -> dict[str, Any]:
+        return {**claw_table(evaluation.trajectories, PASS_K),
+                "timed_out": float(sum(t.outcome.status == "timed_out" for t in evaluation.trajectories))}
 
-            async def evaluate(name: str, model: Transformer, made_by: str) -> None:
-                for harness in settings.harness.eval:
-                    held[harness][name] = await evaluation_stage(
-                        settings, workdir, client, pool, name, harness, model, tokenizer, split.held_out,
-                        {"policy": made_by, "tasks": tasks_made_by}, rerun)
+    def rl_harness(self, ctx: Context) -> Harness:
+        return make_harness(ctx.settings.harness.rl)
 
-            def policy_model(directory: str) -> Transformer:
-                return trained_policy(settings, directory)
+    def rl_options(self, ctx: Context, split: Split) -> dict[str, Any]:
+        return {"pool": ctx.pool}
 
-            initial = build_model(settings.model, settings.seed, tokenizer.vocab_size)
-            await evaluate("init", initial, fingerprint({"model": settings.model, "tokenizer": taught.tokenizer_made_by,
-                                                         "seed": settings.seed}))
-            del initial
-            clock.lap("evaluate")
-            policy_dir, policy_made_by = resolve(settings.model.path), fingerprint({"model": settings.model.path})
-            if settings.sft.num_steps:
-                policy_dir, policy_made_by = sft_stage(settings, workdir, taught.trajectories, tokenizer,
-                                                       taught.tokenizer_dir, {"teacher": taught.made_by,
-                                                                              "tokenizer": taught.tokenizer_made_by},
-                                                       rerun)
-                clock.lap("sft")
-                await evaluate("sft", policy_model(policy_dir), policy_made_by)
-                clock.lap("evaluate")
-            rl_dir = os.path.join(workdir, "rl")
-            await train_rl(settings.rl, rl_dir, client, split.rl, make_harness(settings.harness.rl), policy=policy_dir,
-                           tokenizer=taught.tokenizer_dir, inputs={"policy": policy_made_by, "tasks": tasks_made_by,
-                                                            "rl_tasks": _ids(split.rl)}, rerun=rerun, pool=pool)
-            clock.lap("rl")
-            await evaluate("rl", policy_model(os.path.join(rl_dir, "model")), made_by(rl_dir))
-            clock.lap("evaluate")
-        finally:
-            if pool is not None:
-                await pool.close()
-            await client.aclose()
-    stages = [s for s in STAGES if all(s in held[h] for h in held)]
-    pairs = [*itertools.pairwise(stages), *([(stages[0], stages[-1])] if len(stages) > 2 else [])]
-    changes = {harness: {f"{after}_vs_{before}": stage_change(workdir, harness, before, after)
-                         for before, after in pairs} for harness in settings.harness.eval}
-    per_task = {h: {s: metrics.pop("per_task") for s, metrics in by_stage.items()} for h, by_stage in held.items()}
-    result = ClawResult(held_out=held, changes=changes, rl_metrics=read_metrics(rl_dir), tasks=split.counts(),
-                        teacher=taught.summary, seconds=clock.seconds, rl_harness=settings.harness.rl, per_task=per_task)
-    write_json(os.path.join(workdir, "summary.json"), result.to_dict())
-    return result
+    def summary_extras(self, ctx: Context, held_out: dict[str, Any], teaching: Teaching,
+                       rl_metrics: dict[int, dict[str, float]]) -> dict[str, Any]:
+        per_task = {h: {s: passes["sampled"].pop("per_task", {}) for s, passes in stages.items()}
+                    for harnesses in held_out.values() for h, stages in harnesses.items()}
+        return {"rl_harness": ctx.settings.harness.rl, "per_task": per_task}
 
 
-def run(config: ConfigDict, workdir: str, *, rerun: bool = False) -> ClawResult:
-    """:func:`run_recipe` from synchronous code."""
-    return asyncio.run(run_recipe(config, workdir, rerun=rerun))
+CLAW = ClawFamily()
+
+
+def run(config: ConfigDict, workdir: str, *, rerun: bool = False) -> RecipeResult:
+    """The Claw recipe over ``workdir`` from synchronous code."""
+    return asyncio.run(run_recipe(CLAW, config, workdir, rerun=rerun))

@@ -9,7 +9,9 @@ that does not divide, or a broken chain fails it like a config error."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import json
 import logging
 import os
 import sys
@@ -19,12 +21,16 @@ from typing import Any
 from absl import flags
 from absl import logging as absl_logging
 from ml_collections import ConfigDict, config_flags
+from rich.console import Console
 
 from orchard import distributed
 from orchard.config import ConfigError, from_config
 from orchard.models.build import ModelSpec
 from orchard.models.sharding import MeshConfig
 from orchard.models.shipped import resolve
+from orchard.recipes.family import Family
+from orchard.recipes.report import headline, plot_curves, summary_table
+from orchard.recipes.runner import RecipeResult, run
 from orchard.train.follow import follow_controller
 from orchard.train.plan import MemoryPlan, plan_stage
 from orchard.train.state import OptimConfig
@@ -69,6 +75,18 @@ def recipe_main(run: Callable[..., Any], check: Callable[[ConfigDict], list[str]
         finish(result, workdir)
 
     return main
+
+
+def family_main(family: Family) -> Callable[[list[str]], None]:
+    """``main`` for a family's main job: :func:`recipe_main` over the runner, ending with the one report
+    (the table, ``held_out.png`` and the headline numbers as JSON)."""
+
+    def finish(result: RecipeResult, workdir: str) -> None:
+        plot = plot_curves(result, os.path.join(workdir, "held_out.png"), family.measures[0])
+        Console().print(summary_table(result, family.measures, family.title))
+        print(json.dumps({"workdir": workdir, "plot": plot, **headline(result, family.measures[0])}, indent=2))
+
+    return recipe_main(functools.partial(run, family), family.check_config, finish)
 
 
 def dry_run(config: ConfigDict, problems: list[str]) -> None:

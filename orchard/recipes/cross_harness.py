@@ -16,12 +16,14 @@ This recipe reproduces the design on the main job's SWE tasks, one tokenizer for
 
 The workdir::
 
-    config.json, tasks/, teacher/, tokenizer/      as in the main job (orchard.recipes.swe)
+    config.json, tasks/, teacher/, tokenizer/      as in the main job (orchard.recipes.runner)
     arms/<arm>/sft_data, sft/                       each arm's examples and policy
-    arms/<arm>/eval/<harness>_<pass>/               its held-out episodes and result.json
+    arms/<arm>/eval/held_out/<harness>/sft_<pass>/  its held-out episodes and result.json
     summary.json                                    the matrix: arm -> harness -> pass -> resolve rate
 
-Departures, at this scale: C's prompts are long (smolagents' system prompt is about 5,600 tokens of
+The arms are a study on the recipe runner (:func:`run_arms`, which the Claw cross-harness recipe
+shares): the runner's tasks, teacher and tokenizer stages, then per arm its SFT stage and its
+evaluations. Departures, at this scale: C's prompts are long (smolagents' system prompt is about 5,600 tokens of
 the main job's BPE), so the policy's context is raised for every arm (``model.init``'s
 ``max_position_embeddings``; RoPE has no learnt positions) though it trains on 1,024-token rows.
 """
@@ -41,21 +43,17 @@ from ml_collections import ConfigDict
 
 from orchard.config import from_config
 from orchard.data.trajectory import Trajectory
-from orchard.env import AsyncSandboxClient, orchestrator
+from orchard.env import AsyncSandboxClient
 from orchard.harness.adapters.external import ExternalHarness, ExternalRunner
 from orchard.harness.adapters.smolagents_agent import smolagents_harness
 from orchard.harness.bash import BashHarness
 from orchard.harness.codeact import CodeActHarness
+from orchard.harness.core import Harness
 from orchard.harness.episode import SetupCache
-from orchard.recipes.swe import (
-    evaluation_stage,
-    sft_stage,
-    swe_config,
-    tasks_stage,
-    teacher_stage,
-    tokenizer_stage,
-    trained_policy,
-)
+from orchard.recipes.family import Family
+from orchard.recipes.runner import Prepared, evaluation_stage, open_run, prepare
+from orchard.recipes.stages import text_sft_stage, trained_policy
+from orchard.recipes.swe import SWEFamily
 from orchard.rollout.local_serving import serve_app
 from orchard.rollout.proxy import ProxyConfig, RecordingProxy, create_proxy_app
 from orchard.rollout.proxy_client import ProxyClient
@@ -128,56 +126,63 @@ def matrix_summary(matrix: dict[str, dict[str, dict[str, float]]],
     return {"matrix": matrix, "in_to_cross_harness_drop": drops}
 
 
+async def run_arms(family: Family, config: ConfigDict, workdir: str, rerun: bool, cross: Any,
+                   pair: dict[str, Harness], third_party: ExternalHarness, passes: Sequence[str],
+                   third_party_passes: Sequence[str]) -> tuple[dict[str, Any], Prepared]:
+    """The shared stages, then every arm of ``cross.arms``: SFT on its share of the teacher's episodes
+    (:func:`arm_trajectories` over the two harnesses of ``pair``), evaluated in both (``passes``) and in
+    ``third_party`` (``third_party_passes``). Returns the matrix (arm -> harness -> pass or measure ->
+    value: the resolve rate of each pass, or the family's measures of its one pass) and the shared stages."""
+    names = tuple(pair)
+    if unknown := [arm for arm in cross.arms if arm not in (*names, "both")]:
+        raise ValueError(f"cross.arms {unknown}: each is one of {', '.join((*names, 'both'))}")
+    matrix: dict[str, dict[str, dict[str, float]]] = {}
+    async with open_run(family, config, workdir, rerun) as ctx:
+        settings = ctx.settings
+        ready = await prepare(family, ctx)
+        for arm in cross.arms:
+            arm_dir = os.path.join(workdir, "arms", arm)
+            share = arm_trajectories(ready.teaching.trajectories, arm, settings.seed, names)
+            log.info("arm %s: SFT on %d teacher trajectories", arm, len(share))
+            policy = text_sft_stage(settings, arm_dir, settings.examples, share, ready.tokenizer,
+                                    ready.tokenizer_made.directory, {"teacher": ready.teaching.made_by,
+                                                                     "tokenizer": ready.tokenizer_made.made_by,
+                                                                     "arm": arm}, rerun)
+            model = trained_policy(settings, policy.directory)
+            inputs = {"policy": policy.made_by, "tasks": ready.split.made_by}
+            results = {name: {pass_: await evaluation_stage(family, ctx, arm_dir, ready.split, "held_out", name, harness,
+                                                            "sft", pass_, model, ready.tokenizer, inputs)
+                              for pass_ in passes} for name, harness in pair.items()}
+
+            def external(temperature: float, model_dir: str = policy.directory, arm_dir: str = arm_dir):
+                return third_party_runner(settings, cross, model_dir, os.path.join(arm_dir, "proxy_records"),
+                                          ctx.client, ctx.setups, third_party, temperature)
+
+            results[third_party.name] = {
+                pass_: await evaluation_stage(family, ctx, arm_dir, ready.split, "held_out", third_party.name, None,
+                                              "sft", pass_, None, None, inputs, external=external)
+                for pass_ in third_party_passes}
+            matrix[arm] = {harness: matrix_cell(family, by_pass) for harness, by_pass in results.items()}
+    return matrix, ready
+
+
+def matrix_cell(family: Family, by_pass: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """One cell of the matrix: the resolve rate of each pass, or (for a family with other measures) the
+    family's measures of its one pass."""
+    if family.measures == ("resolve_rate",):
+        return {pass_: result["resolve_rate"] for pass_, result in by_pass.items()}
+    [result] = by_pass.values()
+    return {measure: float(result[measure]) for measure in family.measures}
+
+
 async def run_cross_harness(config: ConfigDict, workdir: str, *, rerun: bool = False) -> dict[str, Any]:
     """The teacher in A and B, the three SFT arms, and every arm evaluated in A, B and C (see the module docstring)."""
-    settings = swe_config(config)
     cross = from_config(CrossHarnessConfig, config.cross.to_dict(), "cross")
-    os.makedirs(workdir, exist_ok=True)
-    write_json(os.path.join(workdir, "config.json"), config)
-    split, tasks_made_by = tasks_stage(settings, workdir, rerun)
-    harnesses = {"bash": BashHarness(), "codeact": CodeActHarness()}
+    pair: dict[str, Harness] = {"bash": BashHarness(), "codeact": CodeActHarness()}
     third_party = smolagents_harness(cross.third_party_steps, submission_patch, cross.third_party_wall_clock_s,
                                      cwd=REPO_DIR)
-    matrix: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
-    with orchestrator(settings.env.url, settings.env.api_key) as endpoint:
-        client = endpoint.async_client()
-        setups = SetupCache(client)
-        try:
-            trajectories, teacher_made_by = await teacher_stage(settings, workdir, client, setups, split,
-                                                                {"tasks": tasks_made_by}, rerun,
-                                                                harnesses=list(harnesses.values()))
-            tokenizer, tokenizer_dir, tokenizer_made_by = tokenizer_stage(settings, workdir, trajectories,
-                                                                          teacher_made_by, rerun)
-            for arm in cross.arms:
-                arm_dir = os.path.join(workdir, "arms", arm)
-                share = arm_trajectories(trajectories, arm, settings.seed)
-                log.info("arm %s: SFT on %d teacher trajectories", arm, len(share))
-                model_dir, made_by = sft_stage(settings, arm_dir, share, tokenizer, tokenizer_dir,
-                                               {"teacher": teacher_made_by, "tokenizer": tokenizer_made_by,
-                                                "arm": arm}, rerun)
-                model = trained_policy(settings, model_dir)
-                inputs = {"policy": made_by, "tasks": tasks_made_by}
-                results: dict[str, dict[str, dict[str, float]]] = {}
-                for name, harness in harnesses.items():
-                    results[name] = {pass_: await evaluation_stage(settings, arm_dir, client, setups, name, pass_,
-                                                                   model, tokenizer, split, inputs, rerun,
-                                                                   harness=harness)
-                                     for pass_ in cross.passes}
-
-                def external(temperature: float, model_dir: str = model_dir, arm_dir: str = arm_dir):
-                    records = os.path.join(arm_dir, "proxy_records")
-                    return third_party_runner(settings, cross, model_dir, records, client, setups, third_party,
-                                              temperature)
-
-                results[third_party.name] = {
-                    pass_: await evaluation_stage(settings, arm_dir, client, setups, third_party.name, pass_, model,
-                                                  tokenizer, split, inputs, rerun, harness=third_party,
-                                                  external=external)
-                    for pass_ in cross.third_party_passes}
-                matrix[arm] = {h: {p: r["resolve_rate"] for p, r in passes.items()} for h, passes in results.items()}
-        finally:
-            await setups.close()
-            await client.aclose()
+    matrix, _ = await run_arms(SWEFamily(teacher_harnesses=tuple(pair.values())), config, workdir, rerun, cross, pair,
+                               third_party, cross.passes, cross.third_party_passes)
     summary = matrix_summary(matrix)
     write_json(os.path.join(workdir, "summary.json"), summary)
     return summary

@@ -1,118 +1,27 @@
-"""What the SWE recipe shows a person: a config check, the summary table and the resolve-rate plot."""
+"""What a recipe shows a person, for any task family: the summary table, the plot, and the cross-harness
+matrix; all rendered from :class:`~orchard.recipes.runner.RecipeResult` (a main job's ``summary.json``)."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from ml_collections import ConfigDict
 from rich.table import Table
 
-from orchard.config import ConfigError
-from orchard.data.chat import CHAT_FORMATS
-from orchard.recipes.swe import RecipeResult, SWEConfig, swe_config
+from orchard.recipes.runner import RecipeResult
+from orchard.recipes.stages import STAGES
 
-T = TypeVar("T")
-ENGINES = {"jax": (), "vllm": ("url", "served_model", "weights_dir"), "openai": ("url", "served_model", "weights_dir")}
-TEMPLATE_MARGIN = 8  # tokens the chat format adds after the last sampled token of a rollout
-# the held-out sets as the table names them -> their RecipeResult field: by instance (a new bug in a helper whose
-# sibling bug may have been trained on), by helper (helpers never seen broken in training)
-SPLITS = {"held-out": "held_out", "held-out helpers": "held_out_helpers"}
 MEASURE_LABELS = {"greedy": "resolve rate (greedy)", "sampled": "resolve rate (sampled)", "pass_hat_k": "pass^3",
-                  "pass_at_k": "pass@3", "mean_score": "mean task score"}
-
-
-def check_config(config: ConfigDict) -> list[str]:
-    """Every inconsistency of a recipe config that would only surface hours into a run: a field
-    that does not fit its stage's config (:func:`~orchard.config.from_config`), then the settings
-    that do not fit each other."""
-    return checked(config, swe_config, check_settings)
-
-
-def checked(config: ConfigDict, typed: Callable[[ConfigDict], T], settings: Callable[[T], list[str]]) -> list[str]:
-    """A recipe's config check: its typed stage configs (``typed``), then ``settings`` over them."""
-    try:
-        stages = typed(config)
-    except (ConfigError, KeyError) as exc:
-        return [f"{exc}" if isinstance(exc, ConfigError) else f"missing config block {exc}"]
-    return settings(stages)
-
-
-def check_settings(config: SWEConfig) -> list[str]:
-    problems = []
-    tasks, teacher, rl = config.tasks, config.teacher, config.rl
-    if not tasks.path and not tasks.sources:
-        problems.append("tasks: set tasks.path (instances.jsonl) or tasks.sources")
-    if rl.pass_filter.samples and not 0.0 <= rl.pass_filter.low < rl.pass_filter.high <= 1.0:
-        problems.append("rl.pass_filter: need 0 <= low < high <= 1")
-    for name in ("held_out_helper_fraction", "held_out_fraction", "rl_fraction"):
-        if not 0.0 <= getattr(tasks, name) < 1.0:
-            problems.append(f"tasks.{name} must be in [0, 1), got {getattr(tasks, name)}")
-    if not config.tokenizer.path and config.tokenizer.train_vocab < 260:
-        problems.append("tokenizer: set tokenizer.path, or tokenizer.train_vocab >= 260 (256 bytes + specials)")
-    if not config.tokenizer.path and not teacher.samples:
-        problems.append("tokenizer: a trained tokenizer needs teacher text (teacher.samples > 0)")
-    if config.sft.num_steps and not teacher.samples:
-        problems.append("sft: SFT needs teacher trajectories (teacher.samples > 0), or set sft.num_steps = 0")
-    if not config.sft.num_steps and not config.model.path:
-        problems.append("model: without SFT, RL starts from model.path, which is empty")
-    if config.chat_format not in CHAT_FORMATS:
-        problems.append(f"chat.format must be one of {tuple(CHAT_FORMATS)}, got {config.chat_format!r}")
-    if config.eval.samples < 1:
-        problems.append("eval.samples (sampled held-out episodes per task) must be at least 1")
-    return problems + rl_problems(config)
-
-
-def rl_problems(config: Any) -> list[str]:
-    """The RL stage's inconsistencies in any recipe config with ``rl``, ``mesh`` and ``env`` blocks:
-    the group sampler, rows and micro-batches, the learner's rows against the rollouts' context, the
-    clip range, the engine, the backend, the step and concurrency counts."""
-    problems: list[str] = []
-    rl, sampler = config.rl, config.rl.sampler
-    if sampler.group_size < 2:
-        problems.append("rl.sampler.group_size must be at least 2 (GRPO compares rollouts within a group)")
-    if sampler.name == "bar":
-        if not 0.0 <= sampler.rho_min <= sampler.rho_max <= 1.0:
-            problems.append(f"BAR window [{sampler.rho_min}, {sampler.rho_max}] must satisfy 0 <= min <= max <= 1")
-        elif math.ceil(sampler.rho_min * sampler.group_size - 1e-9) > math.floor(
-                sampler.rho_max * sampler.group_size + 1e-9):
-            problems.append(f"BAR window [{sampler.rho_min}, {sampler.rho_max}] holds no positive count for "
-                            f"N = {sampler.group_size}")
-        if sampler.max_budget < sampler.group_size or sampler.stride < 1:
-            problems.append("BAR needs max_budget >= group_size and stride >= 1")
-    if rl.rows_per == "trajectory" and rl.rows < rl.prompts_per_step * sampler.group_size:
-        problems.append(f"rl.rows ({rl.rows}) < prompts_per_step x group_size "
-                        f"({rl.prompts_per_step * sampler.group_size}): a step's groups would not fit")
-    if rl.micro_rows < 1 or rl.rows % rl.micro_rows or rl.micro_rows % config.mesh.fsdp:
-        problems.append(f"rl.rows ({rl.rows}) must be a multiple of rl.micro_rows ({rl.micro_rows}), and that of "
-                        f"mesh.fsdp ({config.mesh.fsdp})")
-    if rl.seq_len < rl.rollout.max_context + TEMPLATE_MARGIN:
-        problems.append(f"rl.seq_len ({rl.seq_len}) < rl.rollout.max_context ({rl.rollout.max_context}) + "
-                        f"{TEMPLATE_MARGIN} template tokens: the longest rollouts would not fit the learner's rows")
-    if not 0.0 <= rl.eps_low < 1.0 or rl.eps_high < 0.0:
-        problems.append(f"PPO clip range (eps_low {rl.eps_low}, eps_high {rl.eps_high}) is invalid")
-    if rl.engine.kind not in ENGINES:
-        problems.append(f"rl.engine.kind must be one of {tuple(ENGINES)}, got {rl.engine.kind!r}")
-    else:
-        problems += [f"rl.engine.{name} is required for a {rl.engine.kind} engine"
-                     for name in ENGINES[rl.engine.kind] if not getattr(rl.engine, name)]
-    if config.env.backend == "kubernetes" and not config.env.url:
-        problems.append("env.url (the orchestrator of the cluster) is required for the kubernetes backend")
-    if rl.num_steps < 1:
-        problems.append("rl.num_steps must be at least 1")
-    if rl.rollout.concurrency < 1:
-        problems.append("rl.rollout.concurrency must be at least 1")
-    if rl.updates_per_batch < 1:
-        problems.append("rl.updates_per_batch (policy updates per step's rollouts) must be at least 1")
-    return problems
+                  "pass_at_k": "pass@3", "mean_score": "mean task score", "resolve_rate": "success",
+                  "safety_violations": "safety violations"}
+STAGE_LABELS = {"init": "at init", "sft": "after SFT", "rl": "after RL"}
 
 
 def bar_summary(rl_metrics: dict[int, dict[str, float]]) -> dict[str, float]:
     """Rollouts per group, fallback counts and informative-group fraction over the whole RL run."""
     steps = list(rl_metrics.values())
-    if not steps:
+    if not steps or "rollouts_per_group" not in steps[0]:
         return {}
     return {"rollouts_per_group": statistics.fmean(m["rollouts_per_group"] for m in steps),
             "fallback_relaxed": sum(m["fallback_relaxed"] for m in steps),
@@ -120,81 +29,98 @@ def bar_summary(rl_metrics: dict[int, dict[str, float]]) -> dict[str, float]:
             "informative_groups": statistics.fmean(m["informative_groups"] for m in steps)}
 
 
-def summary_table(result: RecipeResult) -> Table:
-    table = Table(title="Orchard-SWE: held-out resolve rate and BAR statistics")
-    table.add_column("measure", no_wrap=True)
-    table.add_column("value", justify="right")
-    labels = {"init": "at init", "sft": "after SFT", "rl": "after RL"}
-    for stage, label in labels.items():  # each stage's rows by instance, then by helper
-        for split, results in SPLITS.items():
-            for name, held in getattr(result, results).get(stage, {}).items():
-                apart = ""
-                if held.get("unseen_test_episodes"):  # held-out bugs whose test catches no training bug
-                    unseen = held["unseen_test_episodes"]
-                    apart = f"; {round(held['unseen_test_resolve_rate'] * unseen)}/{int(unseen)} with an unseen test"
-                table.add_row(f"{split} {label} ({name})",
-                              f"{held['resolve_rate']:.3f} ({int(held['episodes'])} episodes, "
-                              f"{int(held['tasks_solved'])} tasks solved{apart})")
-                if held.get("k", 1) > 1:
-                    k = int(held["k"])
-                    table.add_row(f"{split} {label} ({name}): pass@{k} / pass^{k}",
-                                  f"{held['pass_at_k']:.3f} / {held['pass_hat_k']:.3f}")
-    for split, change in (("held-out", result.rl_change), ("held-out helper", result.rl_change_helpers)):
-        if change:
-            table.add_row(f"{split} tasks RL raised / lowered",
-                          f"{int(change['tasks_up'])} / {int(change['tasks_down'])}, sampled (sign test p = "
-                          f"{change['sign_test_p']:.3f})")
-    for name, value in bar_summary(result.rl_metrics).items():
-        table.add_row(f"BAR {name.replace('_', ' ')}", f"{value:.2f}" if isinstance(value, float) else str(value))
-    table.add_row("tasks (SFT / RL / held out / held-out helpers)",
-                  f"{result.tasks['sft']} / {result.tasks['rl']} / {result.tasks['held_out']} / "
-                  f"{result.tasks.get('held_out_helpers', 0)}")
-    table.add_row("teacher trajectories (resolved)",
-                  f"{result.teacher['trajectories']} ({result.teacher['resolved']})")
-    for stage, seconds in result.seconds.items():  # stages a resumed run reuses take no time here
-        table.add_row(f"time in this run: {stage}", f"{seconds:.0f} s")
+def _cell(metrics: dict[str, Any], measure: str) -> str:
+    value = metrics.get(measure)
+    if value is None:
+        return "-"
+    return str(int(value)) if measure == "safety_violations" else f"{value:.3f}"
+
+
+def summary_table(result: RecipeResult, measures: tuple[str, ...] = ("resolve_rate",), title: str = "") -> Table:
+    """Every evaluation (set, harness, stage, pass) with ``measures`` (the family's, headline first), pass@k
+    and pass^k where sampled, the paired changes with their sign tests, the BAR statistics, the task counts,
+    the teacher and the seconds per stage."""
+    table = Table(title=title or f"{result.family}: held-out evaluations")
+    for column in ("set", "harness", "stage", "pass", *(MEASURE_LABELS.get(m, m) for m in measures), "episodes",
+                   "pass@k / pass^k"):
+        table.add_column(column, no_wrap=True)
+    for held_out, harnesses in result.held_out.items():
+        for harness, stages in harnesses.items():
+            for stage in (s for s in STAGES if s in stages):
+                for pass_, metrics in stages[stage].items():
+                    k = int(metrics.get("k", 1))
+                    apart = (f"; {round(metrics['unseen_test_resolve_rate'] * metrics['unseen_test_episodes'])}/"
+                             f"{int(metrics['unseen_test_episodes'])} unseen test"
+                             if metrics.get("unseen_test_episodes") else "")
+                    table.add_row(held_out.replace("_", " "), harness, STAGE_LABELS[stage], pass_,
+                                  *(_cell(metrics, m) for m in measures),
+                                  f"{int(metrics['episodes'])} ({int(metrics['tasks_solved'])} tasks solved{apart})",
+                                  f"{metrics['pass_at_k']:.3f} / {metrics['pass_hat_k']:.3f} (k={k})" if k > 1 else "")
+            for name, change in result.changes.get(held_out, {}).get(harness, {}).items():
+                table.add_row(held_out.replace("_", " "), harness, name.replace("_", " "), "sampled",
+                              f"tasks +{change['tasks_up']:.0f} / -{change['tasks_down']:.0f}",
+                              *([""] * (len(measures) - 1)), f"sign test p = {change['sign_test_p']:.3f}", "")
+    notes = [f"BAR {name.replace('_', ' ')}: {value:.2f}" for name, value in bar_summary(result.rl_metrics).items()]
+    notes.append("tasks: " + ", ".join(f"{k} {v}" for k, v in result.tasks.items()))
+    teacher = result.teacher
+    if teacher:
+        notes.append(f"teacher kept {teacher.get('kept')} episodes" +
+                     (f" ({teacher['resolved']} resolved)" if "resolved" in teacher else ""))
+    notes.append("seconds in this run: " + ", ".join(f"{k} {v:.0f}" for k, v in result.seconds.items()))
+    table.caption = "; ".join(notes)
     return table
 
 
-def plot_curves(result: RecipeResult, path: str) -> str:
-    """Training reward and resolve rate against RL step, beside the held-out resolve rates."""
+def plot_curves(result: RecipeResult, path: str, measure: str = "resolve_rate") -> str:
+    """RL's training reward, success and informative-group share per step (and the curriculum's step cap
+    where it has one), beside ``measure`` of every held-out evaluation per stage; returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     steps = sorted(result.rl_metrics)
-    figure, (curves, held) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
-    metric: dict[str, Any] = {name: [result.rl_metrics[s][name] for s in steps]
-                              for name in ("reward", "resolve_rate", "informative_groups")}
-    curves.plot(steps, metric["resolve_rate"], marker="o", label="resolve rate (training rollouts)")
-    curves.plot(steps, metric["reward"], marker="s", label="mean reward (+1 / -1)")
-    curves.plot(steps, metric["informative_groups"], linestyle="--", label="informative-group fraction")
+    figure, (curves, held) = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [2, 3]})
+    for name, style in (("reward", "s-"), ("resolve_rate", "o-"), ("informative_groups", "--")):
+        if steps and name in result.rl_metrics[steps[0]]:
+            curves.plot(steps, [result.rl_metrics[s][name] for s in steps], style, label=name.replace("_", " "))
+    if steps and "max_steps" in result.rl_metrics[steps[0]]:
+        cap = curves.twinx()
+        cap.step(steps, [result.rl_metrics[s]["max_steps"] for s in steps], where="post", color="grey", alpha=0.6)
+        cap.set_ylabel("episode step cap (curriculum)")
     curves.set_xlabel("RL step")
-    curves.set_xticks(steps)
     curves.set_ylim(-1.05, 1.05)
     curves.axhline(0.0, color="grey", linewidth=0.5)
     curves.legend(loc="lower right", fontsize=8)
-    curves.set_title("BAR RL")
-    stages = [s for s in ("init", "sft", "rl") if s in result.held_out or s in result.held_out_helpers]
-    bars_of = [(split, name, color, hatch) for (split, hatch) in (("held_out", ""), ("held_out_helpers", "//"))
-               if getattr(result, split) for name, color in (("greedy", "#4a8"), ("sampled", "#36c"))]
-    width = 0.8 / max(len(bars_of), 1)
-    for offset, (split, name, color, hatch) in enumerate(bars_of):
-        results = getattr(result, split)
-        rates = [results[s][name]["resolve_rate"] if name in results.get(s, {}) else math.nan for s in stages]
-        label = name if split == "held_out" else f"{name}, held-out helpers"
-        bars = held.bar([i + width * offset for i in range(len(stages))], rates, width=width, color=color,
-                        hatch=hatch, edgecolor="white" if hatch else None, label=label)
-        held.bar_label(bars, labels=["" if math.isnan(r) else f"{r:.2f}" for r in rates], fontsize=7)  # 0 shows
-    held.set_xticks([i + width * (len(bars_of) - 1) / 2 for i in range(len(stages))], stages)
-    held.legend(loc="upper left", fontsize=8)
+    curves.set_title("RL")
+    stages = [s for s in STAGES if any(s in st for h in result.held_out.values() for st in h.values())]
+    series = [(held_out, harness, pass_) for held_out, harnesses in result.held_out.items()
+              for harness, by_stage in harnesses.items()
+              for pass_ in dict.fromkeys(p for passes in by_stage.values() for p in passes)]
+    width = 0.8 / max(len(series), 1)
+    for offset, (held_out, harness, pass_) in enumerate(series):
+        rates = [result.metric(held_out, harness, s, pass_, measure) for s in stages]
+        values = [math.nan if r is None else r for r in rates]
+        bars = held.bar([i + width * offset for i in range(len(stages))], values, width=width,
+                        label=f"{held_out.replace('_', ' ')}, {harness}, {pass_}")
+        held.bar_label(bars, labels=["" if math.isnan(v) else f"{v:.2f}" for v in values], fontsize=7)
+    held.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(stages))], stages)
+    held.legend(loc="upper left", fontsize=7)
     held.set_ylim(0, 1)
-    held.set_title("held-out resolve rate")
+    held.set_title(f"held-out {MEASURE_LABELS.get(measure, measure)}")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def headline(result: RecipeResult, measure: str = "resolve_rate") -> dict[str, Any]:
+    """The numbers a main job prints last: ``measure`` per set, harness, stage and pass, and the changes."""
+    return {"held_out": {held_out: {harness: {stage: {p: m.get(measure) for p, m in passes.items()}
+                                              for stage, passes in stages.items()}
+                                    for harness, stages in harnesses.items()}
+                         for held_out, harnesses in result.held_out.items()},
+            "changes": result.changes, "seconds": result.seconds}
 
 
 def matrix_passes(summary: dict[str, Any]) -> list[str]:

@@ -54,32 +54,22 @@ from ml_collections import ConfigDict
 
 from orchard.config import from_config
 from orchard.data.rise import annotate, rise_segments
-from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
-from orchard.env import AsyncSandboxClient, orchestrator
 from orchard.eval.judge import LLMJudge
 from orchard.eval.metrics import paired_change, seed_spread
 from orchard.eval.runner import Evaluation
 from orchard.harness.bash import BashHarness
-from orchard.harness.episode import SetupCache
 from orchard.harness.seeds import derive_seed
 from orchard.models.shipped import resolve
-from orchard.recipes.swe import (
-    SWEConfig,
-    episodes_path,
-    evaluation_stage,
-    sft_stage,
-    swe_config,
-    tasks_stage,
-    teacher_stage,
-    tokenizer_stage,
-    trained_policy,
-)
+from orchard.models.transformer import Transformer
+from orchard.recipes.family import Context, Split
+from orchard.recipes.runner import Prepared, eval_directory, evaluation_stage, open_run, prepare
+from orchard.recipes.stages import episodes_path, text_sft_stage, trained_policy
+from orchard.recipes.swe import SWE, SWEConfig
 from orchard.rollout.local_serving import serve_app
 from orchard.rollout.server import ModelServer, create_app
 from orchard.tasks.swe.oracle import estimator_for
-from orchard.tasks.swe.task import swe_tasks
-from orchard.tasks.swe.taskset import TaskSplit, helper_key
+from orchard.tasks.swe.taskset import helper_key
 from orchard.train.metrics import read_metrics
 from orchard.train.rl import train_rl
 from orchard.workdir import made_by, read_json, write_json
@@ -120,43 +110,48 @@ class RLStudyConfig:
 class Shared:
     """What every study starts from: the main job's split, teacher data and tokenizer, and the sandboxes."""
 
-    settings: SWEConfig
-    split: TaskSplit
-    trajectories: list[Trajectory]
-    tokenizer: Tokenizer
-    tokenizer_dir: str
-    made_by: dict[str, str]  # "tasks", "teacher", "tokenizer" -> fingerprints
-    client: AsyncSandboxClient
-    setups: SetupCache
-    rerun: bool
+    ctx: Context
+    ready: Prepared
+
+    @property
+    def settings(self) -> SWEConfig:
+        return self.ctx.settings
+
+    @property
+    def split(self) -> Split:
+        return self.ready.split
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return self.ready.teaching.trajectories
+
+    @property
+    def made_by(self) -> dict[str, str]:
+        return {"tasks": self.split.made_by, "teacher": self.ready.teaching.made_by,
+                "tokenizer": self.ready.tokenizer_made.made_by}
 
     def group(self, trajectory: Trajectory) -> str:
         """A teacher trajectory's group for the ``diverse`` selector: the helper its bug is in."""
-        return next(helper_key(i) for i in self.split.sft if i.instance_id == trajectory.task_id)
+        return next(helper_key(t.instance) for t in self.split.sft if t.id == trajectory.task_id)
+
+    async def evaluate(self, root: str, stage: str, pass_: str, model: Transformer, policy_made_by: str
+                       ) -> dict[str, Any]:
+        """The main job's evaluation of ``model`` on the held-out instances in the bash harness, under ``root``."""
+        return await evaluation_stage(SWE, self.ctx, root, self.split, "held_out", "bash", BashHarness(), stage, pass_,
+                                      model, self.ready.tokenizer, {"policy": policy_made_by, "tasks": self.split.made_by})
+
+
+def eval_dir(root: str, stage: str, pass_: str) -> str:
+    """Where :meth:`Shared.evaluate` keeps an evaluation."""
+    return eval_directory(root, "held_out", "bash", stage, pass_)
 
 
 @contextlib.asynccontextmanager
 async def shared_stages(config: ConfigDict, workdir: str, rerun: bool) -> AsyncIterator[Shared]:
     """The main job's tasks, teacher and tokenizer stages over ``workdir``, and a sandbox client, while the
     block runs."""
-    settings = swe_config(config)
-    os.makedirs(workdir, exist_ok=True)
-    write_json(os.path.join(workdir, "config.json"), config)
-    split, tasks_made_by = tasks_stage(settings, workdir, rerun)
-    with orchestrator(settings.env.url, settings.env.api_key) as endpoint:
-        client = endpoint.async_client()
-        setups = SetupCache(client)
-        try:
-            trajectories, teacher_made_by = await teacher_stage(settings, workdir, client, setups, split,
-                                                                {"tasks": tasks_made_by}, rerun)
-            tokenizer, tokenizer_dir, tokenizer_made_by = tokenizer_stage(settings, workdir, trajectories,
-                                                                          teacher_made_by, rerun)
-            yield Shared(settings, split, trajectories, tokenizer, tokenizer_dir,
-                         {"tasks": tasks_made_by, "teacher": teacher_made_by, "tokenizer": tokenizer_made_by},
-                         client, setups, rerun)
-        finally:
-            await setups.close()
-            await client.aclose()
+    async with open_run(SWE, config, workdir, rerun) as ctx:
+        yield Shared(ctx, await prepare(SWE, ctx))
 
 
 def arm_directory(workdir: str, seed: int, steps: int, unresolved: str = "rise", select: str = "all",
@@ -171,7 +166,7 @@ def arm_directory(workdir: str, seed: int, steps: int, unresolved: str = "rise",
 async def sft_arm(shared: Shared, workdir: str, seed: int, passes: Sequence[str], *, num_steps: int | None = None,
                   **examples: Any) -> dict[str, Any]:
     """SFT on the teacher data with ``examples`` (``unresolved``, ``select``, ``fraction``, ``token_budget``
-    of :class:`~orchard.tasks.swe.sft_data.ExamplesConfig`) for ``num_steps`` (default: the config's) under
+    of :class:`~orchard.recipes.sft_data.ExamplesConfig`) for ``num_steps`` (default: the config's) under
     ``seed`` (the SFT's, and the selection's through :func:`derive_seed`), then the held-out evaluation of
     each pass, in :func:`arm_directory`. Returns the evaluation results, the training data's stats, the
     final eval loss, and where it all is (``dir``; the policy in ``<dir>/sft/model``)."""
@@ -180,16 +175,13 @@ async def sft_arm(shared: Shared, workdir: str, seed: int, passes: Sequence[str]
     arm_dir = arm_directory(workdir, seed, steps, **examples)
     settings = replace(base, sft=replace(base.sft, seed=seed, num_steps=steps),
                        examples=replace(base.examples, selection_seed=derive_seed(seed, "selection"), **examples))
-    model_dir, policy_made_by = sft_stage(settings, arm_dir, shared.trajectories, shared.tokenizer,
-                                          shared.tokenizer_dir, {"teacher": shared.made_by["teacher"],
-                                                                 "tokenizer": shared.made_by["tokenizer"]},
-                                          shared.rerun, group=shared.group)
+    policy = text_sft_stage(settings, arm_dir, settings.examples, shared.trajectories, shared.ready.tokenizer,
+                            shared.ready.tokenizer_made.directory, {"teacher": shared.made_by["teacher"],
+                                                                    "tokenizer": shared.made_by["tokenizer"]},
+                            shared.ctx.rerun, group=shared.group)
+    model_dir, policy_made_by = policy.directory, policy.made_by
     model = trained_policy(settings, model_dir)
-    results = {pass_: await evaluation_stage(settings, arm_dir, shared.client, shared.setups, "sft", pass_, model,
-                                             shared.tokenizer, shared.split,
-                                             {"policy": policy_made_by, "tasks": shared.made_by["tasks"]},
-                                             shared.rerun)
-               for pass_ in passes}
+    results = {pass_: await shared.evaluate(arm_dir, "sft", pass_, model, policy_made_by) for pass_ in passes}
     metrics = read_metrics(os.path.join(arm_dir, "sft"))
     eval_losses = [m["eval_loss"] for _, m in sorted(metrics.items()) if "eval_loss" in m]
     return {"eval": results, "data": read_json(os.path.join(arm_dir, "sft_data", "stats.json"))["train"],
@@ -230,7 +222,7 @@ def paired(baseline: Sequence[str], arm: Sequence[str]) -> dict[str, float]:
 
 def sft_eval_dirs(per_seed: dict[int, dict[str, Any]], pass_: str) -> list[str]:
     """The evaluation folders of one pass of an SFT arm's seeds."""
-    return [os.path.join(r["dir"], "eval", f"sft_{pass_}") for r in per_seed.values()]
+    return [eval_dir(r["dir"], "sft", pass_) for r in per_seed.values()]
 
 
 def unresolved_arm(arm: str) -> tuple[str, bool]:
@@ -248,7 +240,7 @@ async def judge_values(shared: Shared, credit: CreditConfig, directory: str) -> 
     chosen = [t for t in shared.trajectories if not t.outcome.resolved][: credit.judge_trajectories]
     if not chosen:
         return {}
-    instances = {i.instance_id: i for i in shared.split.sft}
+    instances = {t.id: t.instance for t in shared.split.sft}
     server = ModelServer(resolve(credit.judge_model), name="judge")
     results = []
     try:
@@ -368,7 +360,7 @@ async def run_rl_study(config: ConfigDict, workdir: str, *, rerun: bool = False)
             raise ValueError("the RL study compares samplers at an equal rollout budget: set rl.rollout_budget")
         summary: dict[str, Any] = {"budget": base.rl.rollout_budget, "seeds": list(study.seeds), "inits": {},
                                    "samplers": {}, "init_change": {}}
-        held_out = {"held_out": swe_tasks(shared.split.held_out)}
+        held_out = {"held_out": shared.split.held_out["held_out"]}
         runs: list[tuple[int, str]] = [(heavy, s) for s in study.samplers]
         runs += [(steps, "bar") for steps in study.init_steps[:-1]]
         for steps in study.init_steps:
@@ -383,15 +375,12 @@ async def run_rl_study(config: ConfigDict, workdir: str, *, rerun: bool = False)
                                  sampler=replace(base.rl.sampler, name=sampler))
                     rl_dir = os.path.join(init_dir, f"rl_{name}")
                     log.info("RL %s from %d SFT steps, seed %d, to %d rollouts", sampler, steps, seed, rl.rollout_budget)
-                    await train_rl(rl, rl_dir, shared.client, swe_tasks(shared.split.rl_prompts), BashHarness(),
-                                   policy=init["model"], tokenizer=shared.tokenizer_dir,
+                    await train_rl(rl, rl_dir, shared.ctx.client, shared.split.rl, BashHarness(),
+                                   policy=init["model"], tokenizer=shared.ready.tokenizer_made.directory,
                                    inputs={"policy": init["made_by"], "tasks": shared.made_by["tasks"]}, rerun=rerun,
-                                   setups=shared.setups, held_out=held_out)
+                                   setups=shared.ctx.setups, held_out=held_out)
                     model = trained_policy(base, os.path.join(rl_dir, "model"))
-                    result = {pass_: await evaluation_stage(base, init_dir, shared.client, shared.setups, f"rl_{name}",
-                                                            pass_, model, shared.tokenizer, shared.split,
-                                                            {"policy": made_by(rl_dir), "tasks": shared.made_by["tasks"]},
-                                                            rerun)
+                    result = {pass_: await shared.evaluate(init_dir, f"rl_{name}", pass_, model, made_by(rl_dir))
                               for pass_ in passes}
                     per_seed[seed] = rl_run_summary(rl_dir, init["eval"]["greedy"], result)
                 entry = {"seeds": {str(s): r for s, r in per_seed.items()},
@@ -399,8 +388,8 @@ async def run_rl_study(config: ConfigDict, workdir: str, *, rerun: bool = False)
                                     for m in ("rollouts", "informative_chosen", "informative_per_100_rollouts",
                                               "rollouts_per_update", "positive_fraction", "steps", "updates")}
                          | {p: seed_spread([r["eval"][p]["resolve_rate"] for r in per_seed.values()]) for p in passes},
-                         "change_from_sft": {p: paired([os.path.join(init_dir, "eval", f"sft_{p}")],
-                                                       [os.path.join(init_dir, "eval", f"rl_{sampler}_s{s}_{p}")
+                         "change_from_sft": {p: paired([eval_dir(init_dir, "sft", p)],
+                                                       [eval_dir(init_dir, f"rl_{sampler}_s{s}", p)
                                                         for s in study.seeds]) for p in passes}}
                 if steps == heavy:
                     summary["samplers"][sampler] = entry

@@ -15,9 +15,10 @@ from configs.claw_cross_harness import get_config as cross_config
 from configs.claw_grpo import get_config
 from orchard.data.trajectory import read_trajectories
 from orchard.eval.claw_score import claw_table
-from orchard.recipes.claw import PASS_K, STAGES, run, stage_change
-from orchard.recipes.claw_report import check_config, summary_table
-from orchard.recipes.swe import episodes_path
+from orchard.recipes.claw import CLAW, PASS_K, run
+from orchard.recipes.report import summary_table
+from orchard.recipes.runner import eval_directory
+from orchard.recipes.stages import STAGES, episodes_path, sampled_change
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -25,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.parametrize("config", [get_config(v) for v in ("tiny", "smoke", "qwen3_30b_a3b")]
                          + [cross_config(v) for v in ("tiny", "small")])
 def test_shipped_configs_pass_the_check(config):
-    assert check_config(config) == []
+    assert CLAW.check_config(config) == []
 
 
 def test_the_check_names_each_problem():
@@ -36,7 +37,7 @@ def test_the_check_names_each_problem():
     config.teacher.variants = ("clean", "sloppy")
     config.rl.seq_len = 1024
     config.tasks.rl_fraction = 1.0
-    problems = "\n".join(check_config(config))
+    problems = "\n".join(CLAW.check_config(config))
     for expected in ("must write tool calls", "eval.samples must be at least 3", "['openhands'] are not Claw harnesses",
                      "['sloppy'] are not among", "rl.seq_len (1024)", "tasks.rl_fraction must be in [0, 1)"):
         assert expected in problems, expected
@@ -63,25 +64,28 @@ def test_the_claw_recipe_end_to_end(orchestrator, tmp_path):
     assert result.tasks == {"sft": 5, "rl": 5, "held_out": 5}
     assert result.teacher["kept"] == 10 and result.teacher["by_harness"] == {"claw": 5, "claw-shell": 5}
     assert json.loads(Path(workdir, "config.json").read_text())["harness"]["rl"] == "claw"
+    assert list(result.held_out) == ["held_out"]
     for harness in ("claw", "claw-shell"):
-        assert list(result.held_out[harness]) == list(STAGES)
+        assert list(result.held_out["held_out"][harness]) == list(STAGES)
         for stage in STAGES:
-            folder = os.path.join(workdir, "eval", f"{stage}_{harness}")
+            folder = eval_directory(workdir, "held_out", harness, stage, "sampled")
             episodes = list(read_trajectories(episodes_path(folder)))
             assert len(episodes) == 5 * config.eval.samples and {t.harness for t in episodes} == {harness}
             graded = [t for t in episodes if t.outcome.reward is not None]
             assert graded and all("score" in t.metadata["claw"] for t in graded)  # graded from the services' state
-            metrics = result.held_out[harness][stage]
+            metrics = result.held_out["held_out"][harness][stage]["sampled"]
             table = claw_table(episodes, PASS_K)
             assert {k: metrics[k] for k in ("pass_hat_k", "pass_at_k", "mean_score")} == \
                 {k: table[k] for k in ("pass_hat_k", "pass_at_k", "mean_score")}
             assert 0.0 <= metrics["pass_hat_k"] <= metrics["pass_at_k"] <= 1.0
-        assert result.changes[harness]["rl_vs_sft"] == stage_change(workdir, harness, "sft", "rl")
-        assert set(result.changes[harness]) == {"sft_vs_init", "rl_vs_sft", "rl_vs_init"}
+        changes = result.changes["held_out"][harness]
+        assert changes["rl_vs_sft"] == sampled_change(*(eval_directory(workdir, "held_out", harness, stage, "sampled")
+                                                        for stage in ("sft", "rl")))
+        assert set(changes) == {"sft_vs_init", "rl_vs_sft", "rl_vs_init"}
     assert list(result.rl_metrics) == [1] and -1.0 <= result.rl_metrics[1]["reward"] <= 1.0  # GRPO's one step
-    assert set(result.per_task["claw"]["rl"]) == set(result.per_task["claw"]["init"])
-    assert len(result.per_task["claw"]["rl"]) == 5
-    assert summary_table(result).row_count == 2 * (3 + 3)
+    per_task = result.extras["per_task"]
+    assert set(per_task["claw"]["rl"]) == set(per_task["claw"]["init"]) and len(per_task["claw"]["rl"]) == 5
+    assert summary_table(result, CLAW.measures).row_count == 2 * (3 + 3)  # each harness: its 3 stages, 3 changes
     # A rerun reuses every stage: no episode is run again.
     stamps = {p: p.stat().st_mtime_ns for p in Path(workdir, "eval").rglob("trajectories.jsonl")}
     assert run(config, workdir).to_dict()["held_out"] == summary["held_out"]

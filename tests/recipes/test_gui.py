@@ -14,15 +14,17 @@ import pytest
 
 from configs.gui_grpo import get_config
 from orchard.data.trajectory import read_trajectories
-from orchard.recipes.gui import episodes_path, run_rl_init_ablation, sampled_change
-from orchard.recipes.gui_report import check_config, held_out_curve
+from orchard.recipes.gui import GUI
+from orchard.recipes.gui_rl_init import held_out_curve, run_rl_init_ablation
+from orchard.recipes.runner import eval_directory
+from orchard.recipes.stages import episodes_path, sampled_change
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("variant", ["tiny", "elements", "smoke", "qwen3vl_4b"])
 def test_shipped_configs_pass_the_check(variant):
-    assert check_config(get_config(variant)) == []
+    assert GUI.check_config(get_config(variant)) == []
 
 
 def test_the_check_names_each_problem():
@@ -32,7 +34,7 @@ def test_the_check_names_each_problem():
     config.rl.seq_len = 1024
     config.rl.curriculum.stages = ({"max_steps": 2}, {"max_steps": 9})
     config.tasks.pages = ("click-test", "no-such-page")
-    problems = "\n".join(check_config(config))
+    problems = "\n".join(GUI.check_config(config))
     for expected in ("has no image tokens", "rows_per must be 'turn'", "rl.seq_len (1024)", "allows 9 steps",
                      "['no-such-page'] are not in the MiniWoB catalogue"):
         assert expected in problems, expected
@@ -66,15 +68,17 @@ def test_the_gui_recipe_end_to_end_in_both_arms_of_the_rl_init_ablation(orchestr
                          ("from_init", {"init": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}})):
         arm, start = results[name], "sft" if name == "from_sft" else "init"
         for held_out in ("held_out_seed", "held_out_task"):
-            assert {stage: set(p) for stage, p in arm.held_out[held_out].items()} == passes
+            by_stage = arm.held_out[held_out]["browser"]
+            assert {stage: set(p) for stage, p in by_stage.items()} == passes
             for stage, names in passes.items():
                 for pass_ in names:
-                    folder = os.path.join(workdir, name, "eval", f"{stage}_{pass_}_{held_out}")
+                    folder = eval_directory(os.path.join(workdir, name), held_out, "browser", stage, pass_)
                     episodes = list(read_trajectories(episodes_path(folder)))
-                    assert len(episodes) == arm.held_out[held_out][stage][pass_]["episodes"] == arm.tasks[held_out]
+                    assert len(episodes) == by_stage[stage][pass_]["episodes"] == arm.tasks[held_out]
                     assert all(t.messages[2].images for t in episodes if t.outcome.reward is not None)
-            assert arm.rl_change[held_out] == sampled_change(
-                *(os.path.join(workdir, name, "eval", f"{stage}_sampled_{held_out}") for stage in (start, "rl")))
+            assert arm.changes[held_out]["browser"][f"rl_vs_{start}"] == sampled_change(
+                *(eval_directory(os.path.join(workdir, name), held_out, "browser", stage, "sampled")
+                  for stage in (start, "rl")))
         # The step-budget curriculum: 1 step per episode in RL's first step, then 2; the same budget in both arms.
         assert [arm.rl_metrics[step]["max_steps"] for step in (1, 2)] == [1.0, 2.0]
         # Greedy held-out success midway (rl.eval_every = 1 of 2 steps): the curve's start, middle and end.
@@ -82,7 +86,7 @@ def test_the_gui_recipe_end_to_end_in_both_arms_of_the_rl_init_ablation(orchestr
             assert 0.0 <= arm.rl_metrics[1][f"held_out_success/{held_out}"] <= 1.0
             assert f"held_out_success/{held_out}" not in arm.rl_metrics[2]
             assert [step for step, _ in held_out_curve(arm, held_out, start)] == [0, 1, 2]
-        assert 0.0 <= arm.browser_share["rl"] <= 1.0 and arm.seconds["rl"] > 0
+        assert 0.0 <= arm.extras["browser_share"]["rl"] <= 1.0 and arm.seconds["rl"] > 0
     # Both arms share the tasks, the teacher and the tokenizer; only the first trains SFT.
     assert os.path.realpath(os.path.join(workdir, "from_init", "tokenizer")) == os.path.join(workdir, "from_sft",
                                                                                             "tokenizer")
@@ -105,4 +109,4 @@ def test_the_gui_recipe_end_to_end_in_both_arms_of_the_rl_init_ablation(orchestr
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Orchard-GUI: held-out success" in again.stdout
     assert json.loads(Path(os.path.join(workdir, "from_sft", "summary.json")).read_text())["held_out"] == summary["held_out"]
-    assert os.path.exists(os.path.join(workdir, "from_sft", "success.png"))
+    assert os.path.exists(os.path.join(workdir, "from_sft", "held_out.png"))

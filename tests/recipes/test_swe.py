@@ -16,8 +16,10 @@ from ml_collections import ConfigDict
 from configs.swe_bar import get_config
 from orchard.data.trajectory import Outcome, Trajectory, read_trajectories, save_trajectories
 from orchard.models import ModelConfig, Transformer, save_pretrained
-from orchard.recipes.report import check_config, plot_curves, summary_table
-from orchard.recipes.swe import RecipeResult, episodes_path, run, sampled_change, swe_config, trained_policy
+from orchard.recipes.report import plot_curves, summary_table
+from orchard.recipes.runner import RecipeResult, eval_directory
+from orchard.recipes.stages import episodes_path, sampled_change, trained_policy
+from orchard.recipes.swe import SWE, run, swe_config
 from orchard.tasks.swe.instance import SWEInstance, save_instances
 from orchard.tasks.swe.taskset import TaskSetConfig, split_task_set, unseen_tests
 
@@ -79,24 +81,27 @@ def test_the_table_and_plot_show_both_held_out_sets_in_each_pass(tmp_path):
     by_stage = {"init": {"greedy": _rates(0.0, 4)}, "sft": {"greedy": _rates(0.25, 4), "sampled": _rates(0.5, 4, 2)},
                 "rl": {"greedy": _rates(0.5, 4), "sampled": _rates(0.75, 4, 2)}}
     change = {"tasks_up": 2.0, "tasks_down": 0.0, "sign_test_p": 0.25}
-    result = RecipeResult(held_out=by_stage, rl_change=change, rl_metrics={}, teacher={"trajectories": 2, "resolved": 1},
-                          tasks={"sft": 8, "rl": 2, "held_out": 4, "held_out_helpers": 4}, seconds={},
-                          held_out_helpers=by_stage, rl_change_helpers=change)
-    rows = dict(zip(*(column._cells for column in summary_table(result).columns), strict=True))
-    for split in ("held-out", "held-out helpers"):
-        assert rows[f"{split} after SFT (greedy)"].startswith("0.250 (4 episodes")
-        assert rows[f"{split} after RL (sampled): pass@2 / pass^2"] == "0.750 / 0.750"
-    assert rows["held-out helper tasks RL raised / lowered"].startswith("2 / 0")
-    assert rows["tasks (SFT / RL / held out / held-out helpers)"] == "8 / 2 / 4 / 4"
-    assert summary_table(RecipeResult(held_out=by_stage, rl_change=change, rl_metrics={}, teacher=result.teacher,
-                                      tasks={"sft": 8, "rl": 2, "held_out": 4}, seconds={})).row_count < len(rows)
+    result = RecipeResult(family="swe", config_digest="", tasks={"sft": 8, "rl": 2, "held_out": 4, "held_out_helpers": 4},
+                          teacher={"kept": 2, "resolved": 1},
+                          held_out={"held_out": {"bash": by_stage}, "held_out_helpers": {"bash": by_stage}},
+                          changes={"held_out": {"bash": {"rl_vs_sft": change}},
+                                   "held_out_helpers": {"bash": {"rl_vs_sft": change}}},
+                          rl_metrics={}, seconds={})
+    table = summary_table(result)
+    rows = list(zip(*(column._cells for column in table.columns), strict=True))
+    for split in ("held out", "held out helpers"):
+        assert (split, "bash", "after SFT", "greedy", "0.250", "4 (1 tasks solved)", "") in rows
+        assert (split, "bash", "after RL", "sampled", "0.750", "8 (3 tasks solved)", "0.750 / 0.750 (k=2)") in rows
+        assert (split, "bash", "rl vs sft", "sampled", "tasks +2 / -0", "sign test p = 0.250", "") in rows
+    assert "tasks: sft 8, rl 2, held_out 4, held_out_helpers 4" in table.caption
+    assert RecipeResult.from_dict(result.to_dict()) == result  # summary.json reads back as it was written
     result.rl_metrics = {1: {"reward": 0.0, "resolve_rate": 0.5, "informative_groups": 0.5}}
     assert os.path.getsize(plot_curves(result, str(tmp_path / "plot.png"))) > 0
 
 
 @pytest.mark.parametrize("variant", ["tiny", "qwen3_30b_a3b"])
 def test_shipped_configs_pass_the_check(variant):
-    assert check_config(get_config(variant)) == []
+    assert SWE.check_config(get_config(variant)) == []
 
 
 def test_the_check_names_each_problem():
@@ -110,12 +115,12 @@ def test_the_check_names_each_problem():
     config.rl.updates_per_batch = 0
     config.eval.samples = 0
     config.chat.format = "llama3"
-    problems = "\n".join(check_config(config))
+    problems = "\n".join(SWE.check_config(config))
     assert "holds no positive count" in problems and "rl.rows (8)" in problems
     assert "rl.updates_per_batch" in problems
     assert "tasks.rl_fraction must be in [0, 1)" in problems and "tasks.held_out_helper_fraction must be" in problems
     config.rl.pass_filter.update({"samples": 4, "low": 0.5, "high": 0.5})
-    assert "rl.pass_filter: need 0 <= low < high <= 1" in check_config(config)
+    assert "rl.pass_filter: need 0 <= low < high <= 1" in SWE.check_config(config)
     assert "rl.engine.url is required" in problems and "kubernetes backend" in problems
     assert "eval.samples (sampled held-out episodes per task) must be at least 1" in problems
     assert "chat.format must be one of" in problems
@@ -124,15 +129,15 @@ def test_the_check_names_each_problem():
 def test_a_field_that_does_not_fit_its_stage_is_named_before_anything_runs():
     config = get_config("tiny")
     config.tasks = ConfigDict({**config.tasks.to_dict(), "sources": "opkit,toolz"})  # a string where a list belongs
-    assert check_config(config) == ["tasks.sources: expected a list, got 'opkit,toolz' (write a list, not a "
+    assert SWE.check_config(config) == ["tasks.sources: expected a list, got 'opkit,toolz' (write a list, not a "
                                     "comma-separated string)"]
     config = get_config("tiny")
     config.rl.sampler.name = "grpo"
-    assert check_config(config) == ["rl.sampler.name: 'grpo' is not one of 'bar', 'fixed', 'dynamic'"]
+    assert SWE.check_config(config) == ["rl.sampler.name: 'grpo' is not one of 'bar', 'fixed', 'dynamic'"]
     config = get_config("tiny")
     config.rl.unlock()
     config.rl.num_step = 3  # a typo
-    assert "rl: unknown field(s) num_step" in check_config(config)[0]
+    assert "rl: unknown field(s) num_step" in SWE.check_config(config)[0]
 
 
 def test_trained_policies_and_rl_compute_with_the_configs_model_settings(tmp_path):
@@ -174,42 +179,42 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
                *(f"--config.{key}={value}" for key, value in overrides.items())]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "held-out after RL (sampled)" in done.stdout and "held-out helpers after RL (sampled)" in done.stdout
-    assert "BAR rollouts per group" in done.stdout
+    assert "Orchard-SWE" in done.stdout and "BAR rollouts per group" in done.stdout
     summary = json.loads((workdir / "summary.json").read_text())
     # 8 bugs in 7 helpers: ceil(7 x 0.14) = 1 helper (its one bug) held out, then 2 of the 7 others, then 5 by 1/5
     assert summary["tasks"] == {"sft": 4, "rl": 1, "held_out": 2, "held_out_helpers": 1}
     # Greedy at every stage; sampled (eval.samples a task) where RL starts, after SFT, and where it ends; over
-    # each held-out set, the helpers' in eval/<stage>_<pass>_helpers.
+    # each held-out set, in eval/<set>/bash/<stage>_<pass>.
     passes = {"init": {"greedy": 1}, "sft": {"greedy": 1, "sampled": 2}, "rl": {"greedy": 1, "sampled": 2}}
-    for key, suffix in (("held_out", ""), ("held_out_helpers", "_helpers")):
+    assert summary["family"] == "swe" and set(summary["held_out"]) == {"held_out", "held_out_helpers"}
+    for key, by_harness in summary["held_out"].items():
         held = summary["tasks"][key]
-        assert {stage: set(results) for stage, results in summary[key].items()} == {
+        assert {stage: set(results) for stage, results in by_harness["bash"].items()} == {
             stage: set(counts) for stage, counts in passes.items()}
         for stage, counts in passes.items():
             for name, per_task in counts.items():
-                result, episodes_run = summary[key][stage][name], per_task * held
+                result, episodes_run = by_harness["bash"][stage][name], per_task * held
                 assert result["episodes"] == episodes_run and 0.0 <= result["resolve_rate"] <= 1.0
-                episodes = list(read_trajectories(episodes_path(str(workdir / "eval" / f"{stage}_{name}{suffix}"))))
+                episodes = list(read_trajectories(episodes_path(eval_directory(str(workdir), key, "bash", stage, name))))
                 assert len(episodes) == episodes_run
                 assert sum(t.outcome.resolved for t in episodes) == pytest.approx(result["resolve_rate"] * episodes_run)
-        change = summary["rl_change" if key == "held_out" else "rl_change_helpers"]
-        assert change == sampled_change(*(str(workdir / "eval" / f"{stage}_sampled{suffix}") for stage in ("sft", "rl")))
+        change = summary["changes"][key]["bash"]["rl_vs_sft"]
+        assert change == sampled_change(*(eval_directory(str(workdir), key, "bash", stage, "sampled")
+                                          for stage in ("sft", "rl")))
         assert change["tasks_up"] + change["tasks_down"] <= held and 0.0 < change["sign_test_p"] <= 1.0
-    assert summary["teacher"]["trajectories"] == 2 * summary["tasks"]["sft"]  # none for the RL tasks
+    assert summary["teacher"]["kept"] == 2 * summary["tasks"]["sft"]  # none for the RL tasks
     assert summary["teacher"]["resolved"] == summary["tasks"]["sft"]  # the clean variant resolves, fail does not
     [step] = summary["rl_metrics"].values()
     assert 2 <= step["rollouts_per_group"] <= 4 and "informative_groups" in step
-    for path in ("resolve_rate.png", "config.json", "sft/model/config.json", "rl/model/tokenizer.json",
-                 "rl/metrics.jsonl", "rl/stage.json", "eval/rl_sampled/stage.json"):
+    for path in ("held_out.png", "config.json", "sft/model/config.json", "rl/model/tokenizer.json",
+                 "rl/metrics.jsonl", "rl/stage.json", "eval/held_out/bash/rl_sampled/stage.json"):
         assert (workdir / path).exists(), path
     assert json.loads((workdir / "config.json").read_text())["rl"]["num_steps"] == 1
     # A second run over the same workdir finds every stage done and reports the same numbers.
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     again_summary = json.loads((workdir / "summary.json").read_text())
-    assert (again_summary["held_out"], again_summary["held_out_helpers"]) == (summary["held_out"],
-                                                                             summary["held_out_helpers"])
+    assert again_summary["held_out"] == summary["held_out"]
     # A changed setting stops the run at the stage it changes, naming it; --rerun redoes that stage and the later ones.
     changed = [*command, "--config.rl.optim.peak_lr=0.001"]
     stale = subprocess.run(changed, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -228,8 +233,7 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((start / "summary.json").read_text())
     for key in ("held_out", "held_out_helpers"):
-        assert {stage: set(results) for stage, results in summary[key].items()} == {
+        assert {stage: set(results) for stage, results in summary["held_out"][key]["bash"].items()} == {
             "init": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}
-    assert summary["rl_change"] == sampled_change(*(str(start / "eval" / f"{stage}_sampled") for stage in ("init", "rl")))
-    assert summary["rl_change_helpers"] == sampled_change(*(str(start / "eval" / f"{stage}_sampled_helpers")
-                                                            for stage in ("init", "rl")))
+        assert summary["changes"][key]["bash"] == {"rl_vs_init": sampled_change(
+            *(eval_directory(str(start), key, "bash", stage, "sampled") for stage in ("init", "rl")))}

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from orchard.data.rise import BugLocationEstimator, annotate
-from orchard.tasks.swe.sft_data import synthetic_trajectories
+from orchard.recipes.sft_data import synthetic_trajectories
 from orchard.tasks.swe.synthetic import FLIPS, make_tasks, teacher_trajectory
 from orchard.workdir import read_json
 
@@ -40,7 +40,7 @@ def test_unresolved_runs_rise_only_while_localising():
 def test_sft_data_splits_by_task(tmp_path):
     from orchard.data.tokenizer import Tokenizer
     from orchard.models.shipped import smollm2_gguf
-    from orchard.tasks.swe.sft_data import ExamplesConfig, build_examples
+    from orchard.recipes.sft_data import ExamplesConfig, build_examples
 
     config = ExamplesConfig(synthetic_tasks=8, eval_fraction=0.25)
     train, evaluation = build_examples(config, str(tmp_path), Tokenizer.from_gguf(smollm2_gguf()))
@@ -59,7 +59,7 @@ def test_the_ablation_arms_change_what_failed_runs_teach_and_nothing_else(tmp_pa
     their tokens than their rise segments; the eval examples are the same in every arm."""
     from orchard.data.tokenizer import Tokenizer
     from orchard.models.shipped import smollm2_gguf
-    from orchard.tasks.swe.sft_data import ExamplesConfig, build_examples
+    from orchard.recipes.sft_data import ExamplesConfig, build_examples
 
     tokenizer = Tokenizer.from_gguf(smollm2_gguf())
     arms = {}
@@ -94,7 +94,7 @@ def test_the_ablation_arms_change_what_failed_runs_teach_and_nothing_else(tmp_pa
 def test_a_selection_changes_only_the_training_examples(tmp_path):
     from orchard.data.tokenizer import Tokenizer
     from orchard.models.shipped import smollm2_gguf
-    from orchard.tasks.swe.sft_data import ExamplesConfig, build_examples
+    from orchard.recipes.sft_data import ExamplesConfig, build_examples
 
     tokenizer = Tokenizer.from_gguf(smollm2_gguf())
     stats = {}
