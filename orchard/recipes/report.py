@@ -156,3 +156,32 @@ def plot_matrix(summary: dict[str, Any], path: str, pass_: str = "greedy") -> st
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def headline_pass(result: RecipeResult) -> str:
+    """The pass a main job's headline reads: greedy where every stage has one, else sampled."""
+    passes = {p for h in result.held_out.values() for st in h.values() for ps in st.values() for p in ps}
+    return "greedy" if "greedy" in passes else "sampled"
+
+
+def results_markdown(results: dict[str, RecipeResult], measures: dict[str, str]) -> str:
+    """The main jobs' headline table in Markdown, from their ``summary.json``: per job, held-out set and
+    harness, its headline measure (``measures``: job -> metric) at init, after SFT and after RL, and RL's
+    paired per-task change of the sampled rate with its sign test."""
+    from orchard.results import markdown_table
+
+    rows = []
+    for job, result in results.items():
+        measure, pass_ = measures[job], headline_pass(result)
+        for held_out, harnesses in result.held_out.items():
+            for harness in harnesses:
+                change = next((c for name, c in result.changes.get(held_out, {}).get(harness, {}).items()
+                               if name.startswith("rl_vs_") and name != "rl_vs_init"), None) or \
+                    result.changes.get(held_out, {}).get(harness, {}).get("rl_vs_init")
+                rows.append([job, f"{held_out} ({result.tasks.get(held_out, 0)} tasks)", harness,
+                             f"{MEASURE_LABELS.get(measure, measure)}, {pass_}",
+                             *(result.metric(held_out, harness, s, pass_, measure) for s in STAGES),
+                             f"+{change['tasks_up']:.0f} / -{change['tasks_down']:.0f} (p = {change['sign_test_p']:.2f})"
+                             if change else None])
+    return markdown_table(["main job", "held-out set", "harness", "measure", "init", "after SFT", "after RL",
+                           "RL change, tasks (sign test)"], rows, digits=3)
