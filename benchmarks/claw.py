@@ -36,6 +36,7 @@ from orchard.env.client import AsyncSandboxClient
 from orchard.env.local import free_port, local_server
 from orchard.harness.claw import ClawHarness
 from orchard.harness.episode import SandboxPool, run_episode
+from orchard.results import markdown_table
 from orchard.tasks.claw.generate import generate_tasks
 from orchard.tasks.claw.oracle import PlanPolicy
 from orchard.tasks.claw.services import PACKAGE_DIR, SANDBOX_NAME, create_app
@@ -175,8 +176,15 @@ def run_claw_bench(cfg: BenchConfig, starts: int, concurrency: tuple[int, ...], 
 
 def render_claw_bench(summary: dict[str, Any]) -> str:
     calls = summary["tool_call"]
-    rows = "\n".join(f"| {r['concurrency']} | {r['episodes']} ({r['solved']} solved) in {r['seconds']} s | "
-                     f"{r['per_minute']} |" for r in summary["rollouts"])
+    paths = [("through Orchard Env's port forward", "env_port_forward"),
+             ("the same services on the host's loopback (Claw-Eval's setting)", "host_loopback"),
+             ("in process (ASGI, no network)", "in_process")]
+    call_table = markdown_table(["path", "p50 ms", "p99 ms"],
+                                [(label, str(calls[key]["p50_ms"]), str(calls[key]["p99_ms"])) for label, key in paths])
+    rollout_table = markdown_table(
+        ["sandboxes", "episodes", "per minute"],
+        [(r["concurrency"], f"{r['episodes']} ({r['solved']} solved) in {r['seconds']} s", str(r["per_minute"]))
+         for r in summary["rollouts"]])
     meta = summary["metadata"]
     return f"""## Claw tool services (`experiments/claw_bench/run.py`)
 
@@ -187,11 +195,7 @@ workspace rewritten) {summary['setup_pooled_reset']['p50_ms']:.0f} / {summary['s
 
 A tool call (`GET /mail/messages`), p50 / p99 over {meta['config']['iterations']} rounds:
 
-| path | p50 ms | p99 ms |
-|---|---|---|
-| through Orchard Env's port forward | {calls['env_port_forward']['p50_ms']} | {calls['env_port_forward']['p99_ms']} |
-| the same services on the host's loopback (Claw-Eval's setting) | {calls['host_loopback']['p50_ms']} | {calls['host_loopback']['p99_ms']} |
-| in process (ASGI, no network) | {calls['in_process']['p50_ms']} | {calls['in_process']['p99_ms']} |
+{call_table}
 
 The port forward costs {summary['tool_call_p50_ratio_env_over_loopback']}x a direct loopback call
 ({summary['tool_call_p50_ratio_env_over_in_process']}x an in-process one), the price of isolation.
@@ -201,7 +205,5 @@ Reference-plan episodes of the ReAct harness (set up, run, graded; sandboxes poo
 process started per sandbox, all at once), so with more sandboxes than cores more of the minute goes to
 starting them; an episode's own work (a few tool calls, the tests) takes a fraction of a second:
 
-| sandboxes | episodes | per minute |
-|---|---|---|
-{rows}
+{rollout_table}
 """

@@ -17,6 +17,7 @@ from typing import Any
 
 from benchmarks.env import BenchConfig, bench_orchard_create, bench_orchard_exec, latency_stats, run_metadata
 from orchard.env.local import local_server
+from orchard.results import markdown_table
 
 VARIANTS = {"confined": (), "unconfined": ("--no-seccomp",)}
 
@@ -46,9 +47,9 @@ def run_confinement(cfg: BenchConfig, rounds: int = 4, command: str | None = Non
 
 def render_confinement(summary: dict[str, Any]) -> str:
     stats, ratio = summary["latency"], summary["ratio_p50"]
-    rows = [f"| {label} | {stats['confined'][kind]['p50_ms']:.1f} / {stats['confined'][kind]['p99_ms']:.1f} | "
-            f"{stats['unconfined'][kind]['p50_ms']:.1f} / {stats['unconfined'][kind]['p99_ms']:.1f} | "
-            f"{ratio[kind]:.2f} |"
+    rows = [(label, f"{stats['confined'][kind]['p50_ms']:.1f} / {stats['confined'][kind]['p99_ms']:.1f}",
+             f"{stats['unconfined'][kind]['p50_ms']:.1f} / {stats['unconfined'][kind]['p99_ms']:.1f}",
+             f"{ratio[kind]:.2f}")
             for kind, label in (("create", "create to first exec"), ("exec", "exec `true`"))]
     meta = summary["metadata"]
     return "\n".join([
@@ -58,7 +59,6 @@ def render_confinement(summary: dict[str, Any]) -> str:
         "orchestrators of the same code side by side, one started with `--no-seccomp`, alternating over "
         f"{meta['rounds']} rounds (`benchmarks/confinement.py`). Milliseconds, p50 / p99.",
         "",
-        "| | confined (default) | `--no-seccomp` | ratio (p50) |",
-        "|---|---:|---:|---:|",
-        *rows,
+        markdown_table(["", "confined (default)", "`--no-seccomp`", "ratio (p50)"], rows,
+                       [None, "right", "right", "right"]),
     ])

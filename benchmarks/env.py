@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import os
 import platform
 import secrets
@@ -49,6 +48,7 @@ from tqdm import tqdm
 
 from orchard.env.client import AsyncSandbox, AsyncSandboxClient
 from orchard.env.local import LocalServer, free_port, local_server
+from orchard.results import markdown_table
 
 if TYPE_CHECKING:
     from swerex.runtime.remote import RemoteRuntime
@@ -373,49 +373,11 @@ def run_benchmark(cfg: BenchConfig, command: str | None = None) -> dict[str, Any
     return summarize(exec_samples, orchard["concurrent"], orchard["create"], run_metadata(cfg, command))
 
 
-def write_json(summary: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write the summary as indented JSON, creating parent folders."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(summary, indent=2) + "\n")
-
-
 # ----------------------------------------------------------------- markdown
-
-
-def _cell(value: float | None, suffix: str = "") -> str:
-    return "—" if value is None else f"{value:,.2f}{suffix}"
 
 
 def _concurrent(summary: dict[str, Any]) -> dict[str, Any]:
     return next(v for k, v in summary.items() if k.startswith("concurrent_"))
-
-
-def publish(summary: dict[str, Any], out: str | os.PathLike, markdown: str | os.PathLike | None, section: str,
-            render: Callable[[dict[str, Any]], str]) -> None:
-    """What every benchmark script ends with: the JSON file, its Markdown section, the JSON on stdout."""
-    write_json(summary, out)
-    if markdown is not None:
-        write_markdown_section(markdown, section, render(summary))
-    print(json.dumps(summary, indent=2))
-
-
-def write_markdown_section(path: str | os.PathLike, name: str, body: str) -> None:
-    """Replace (or append) the block between ``<!-- name -->`` and ``<!-- /name -->`` in ``path``.
-
-    Several benchmarks share ``docs/benchmarks.md``; each rewrites only its own section.
-    """
-    path = Path(path)
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
-    block = f"{begin}\n{body.strip()}\n{end}"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
@@ -441,9 +403,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"with swe-rex {meta['swerex_version']}. All three columns were measured in the same run on the same "
         "machine; see the docstring of `benchmarks/env.py` for what each number measures.",
         "",
-        "| | orchard | swerex | subprocess |",
-        "|---|---:|---:|---:|",
-        *(f"| {label} | {_cell(o)} | {_cell(s)} | {_cell(p)} |" for label, o, s, p in rows),
+        markdown_table(["", *BACKENDS], rows, [None, "right", "right", "right"]),
         "",
         f"orchard / swerex exec p50: **{summary['exec_p50_ratio_orchard_over_swerex']:.2f}x**.",
         "",

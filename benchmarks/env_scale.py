@@ -29,6 +29,7 @@ from benchmarks.env import latency_stats
 from orchard.env.backends.local import LocalBackend
 from orchard.env.client import AsyncSandbox
 from orchard.env.local import LocalServer
+from orchard.results import markdown_table
 
 
 def _mem_available() -> int:
@@ -232,15 +233,15 @@ def render_stress(summary: dict[str, Any]) -> str:
                                                           if stress_result["errors"] else "")),
     ] + [(name.replace("_ms", "").replace("_", " ") + " p50 / p99", "{p50_ms:,.1f} / {p99_ms:,.1f} ms".format(**v))
          for name, v in latency.items()]
-    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     return (f"## Orchard Env at scale: stress, fork and warm pools\n\n`{summary['command']}` on "
-            f"{summary['machine']}.\n\n| measure | value |\n|---|---|\n{table}\n")
+            f"{summary['machine']}.\n\n{markdown_table(['measure', 'value'], rows)}\n")
 
 
 def render_soak(summary: dict[str, Any]) -> str:
     soak_result = summary["soak"]
-    rows = "\n".join(f"| {key} | {soak_result['before'][key]:,} | {soak_result['after'][key]:,} | {value:+,} |"
-                     for key, value in soak_result["leaked"].items())
+    table = markdown_table(["resource", "before", "after", "change"],
+                           [(key, f"{soak_result['before'][key]:,}", f"{soak_result['after'][key]:,}", f"{value:+,}")
+                            for key, value in soak_result["leaked"].items()])
     return (f"## Orchard Env soak\n\n`{summary['command']}` on {summary['machine']}: {soak_result['cycles']:,} "
             f"create/exec/delete cycles in {soak_result['minutes']:g} min, {soak_result['failures']} failed.\n\n"
-            f"| resource | before | after | change |\n|---|---|---|---|\n{rows}\n")
+            f"{table}\n")

@@ -38,6 +38,7 @@ from orchard.env.local import local_server
 from orchard.harness.browser import BrowserHarness
 from orchard.harness.chromium import BrowserSettings, SandboxBrowser, browser_of
 from orchard.harness.episode import EpisodeRunner, SandboxPool
+from orchard.results import markdown_table
 from orchard.tasks.gui.miniwob import FAMILY, VIEWPORT, MiniWoBTask, build_instances, open_episode
 from orchard.tasks.gui.oracle import GUIOracle
 
@@ -219,13 +220,13 @@ def render_gui_bench(summary: dict[str, Any]) -> str:
     lines = ["## GUI environment (`experiments/gui_bench/run.py`)", "",
              f"Page `{summary['page']}`; command: `{summary['command']}`; {summary['machine']['cpus']} CPUs. "
              "Latencies in ms (p50 / p99); episodes per minute at concurrency 1, 2, 4; memory of one browser's "
-             "process tree (RSS / PSS, MB).", "",
-             "| system | reset | cold reset | step (click + observation) | step, full observation | screenshot "
-             "| episodes/min | memory |",
-             "|---|---|---|---|---|---|---|---|"]
+             "process tree (RSS / PSS, MB).", ""]
+    columns = ["system", "reset", "cold reset", "step (click + observation)", "step, full observation", "screenshot",
+               "episodes/min", "memory"]
+    rows: list[list[str]] = []
     for s in summary["systems"]:
         if "error" in s:
-            lines.append(f"| {s['system']} | could not run: {s['error']} | | | | | | |")
+            rows.append([s["system"], f"could not run: {s['error']}", *[""] * (len(columns) - 2)])
             continue
 
         def q(key: str, s: dict[str, Any] = s) -> str:
@@ -234,9 +235,9 @@ def render_gui_bench(summary: dict[str, Any]) -> str:
         rates = " / ".join(f"{v:g}" for v in s.get("episodes_per_minute", {}).values())
         memory = s.get("memory_mb_per_browser", {})
         full = q("step_ms_nonterminal") if "step_ms_nonterminal" in s else q("step_ms")
-        lines.append(f"| {s['system']} | {q('reset_ms')} | {q('cold_reset_ms')} | {q('step_ms')} | {full} | {q('screenshot_ms')} "
-                     f"| {rates} | {memory.get('rss', '-')} / {memory.get('pss', '-')} |")
-    lines += ["", "Orchard (host mode) over each peer (below 1 is faster for latencies; above 1 is more episodes):", ""]
+        rows.append([s["system"], q("reset_ms"), q("cold_reset_ms"), q("step_ms"), full, q("screenshot_ms"), rates,
+                     f"{memory.get('rss', '-')} / {memory.get('pss', '-')}"])
+    lines += [markdown_table(columns, rows), "", "Orchard (host mode) over each peer (below 1 is faster for latencies; above 1 is more episodes):", ""]
     for peer, row in summary["ratios"].items():
         lines.append(f"- **{peer}**: " + ", ".join(f"{k} {v:g}" for k, v in row.items()))
     for s in summary["systems"]:

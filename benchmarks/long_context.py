@@ -37,6 +37,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from orchard.results import markdown_table
+
 GIB = 2**30
 
 
@@ -162,17 +164,16 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"available) is compiled but not run. Times: best of {cfg['repeats']} after one untimed call. "
         "See `benchmarks/long_context.py`.",
         "",
-        "| tokens | blockwise temp GiB | dense temp GiB | temp ratio | blockwise RSS GiB | dense RSS GiB "
-        "| blockwise step s | dense step s | speedup | loss diff |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    columns = ["tokens", "blockwise temp GiB", "dense temp GiB", "temp ratio", "blockwise RSS GiB", "dense RSS GiB",
+               "blockwise step s", "dense step s", "speedup", "loss diff"]
+    rows = []
     for row in summary["results"]:
         new, old = row["blockwise"], row["dense"]
         speedup = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-"
         diff = f"{row['loss_diff']:.1e}" if row["loss_diff"] is not None else "-"
-        lines.append(
-            f"| {row['tokens']} | {new['temp_gib']:.2f} | {old['temp_gib']:.2f} | {row['temp_ratio']:.1f}x | "
-            f"{_cell(new, 'rss_gib')} | {_cell(old, 'rss_gib')} | {_cell(new, 'step_s')} | {_cell(old, 'step_s')} | "
-            f"{speedup} | {diff} |")
-    lines += ["", f"Reproduce: `{meta['command']}`"]
+        rows.append([row["tokens"], f"{new['temp_gib']:.2f}", f"{old['temp_gib']:.2f}", f"{row['temp_ratio']:.1f}x",
+                     _cell(new, "rss_gib"), _cell(old, "rss_gib"), _cell(new, "step_s"), _cell(old, "step_s"),
+                     speedup, diff])
+    lines += [markdown_table(columns, rows, "right"), "", f"Reproduce: `{meta['command']}`"]
     return "\n".join(lines)

@@ -36,6 +36,7 @@ from flax import nnx
 
 from orchard.models.config import ModelConfig
 from orchard.models.transformer import SparseMoE
+from orchard.results import markdown_table
 
 
 @dataclass(frozen=True)
@@ -147,17 +148,17 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "GFLOP is XLA's `cost_analysis()` of the compiled pass; *routed* is the matmul FLOPs of the routed rows "
         f"alone. Times are the best of {cfg['repeats']} calls, µs per token. See `benchmarks/moe.py`.",
         "",
-        "| E | k | routed fwd GFLOP | sparse fwd GFLOP | every-expert fwd GFLOP | sparse fwd µs/tok "
-        "| every-expert fwd µs/tok | fwd speedup | sparse fwd+bwd GFLOP | every-expert fwd+bwd GFLOP "
-        "| sparse fwd+bwd µs/tok | every-expert fwd+bwd µs/tok | fwd+bwd speedup |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    columns = ["E", "k", "routed fwd GFLOP", "sparse fwd GFLOP", "every-expert fwd GFLOP", "sparse fwd µs/tok",
+               "every-expert fwd µs/tok", "fwd speedup", "sparse fwd+bwd GFLOP", "every-expert fwd+bwd GFLOP",
+               "sparse fwd+bwd µs/tok", "every-expert fwd+bwd µs/tok", "fwd+bwd speedup"]
+    rows = []
     for row in summary["results"]:
         mine, peer = row["sparse"], row["every_expert"]
-        lines.append(
-            f"| {row['experts']} | {row['top_k']} | {row['routed_fwd_flops'] / 1e9:.2f} | {mine['fwd_flops'] / 1e9:.2f} | "
-            f"{peer['fwd_flops'] / 1e9:.2f} | {mine['fwd_us_per_token']:.1f} | {peer['fwd_us_per_token']:.1f} | "
-            f"{row['speedup_fwd']:.2f}x | {mine['fwd_bwd_flops'] / 1e9:.2f} | {peer['fwd_bwd_flops'] / 1e9:.2f} | "
-            f"{mine['fwd_bwd_us_per_token']:.1f} | {peer['fwd_bwd_us_per_token']:.1f} | {row['speedup_fwd_bwd']:.2f}x |")
-    lines += ["", f"Reproduce: `{meta['command']}`"]
+        rows.append([row["experts"], row["top_k"], f"{row['routed_fwd_flops'] / 1e9:.2f}", f"{mine['fwd_flops'] / 1e9:.2f}",
+                     f"{peer['fwd_flops'] / 1e9:.2f}", f"{mine['fwd_us_per_token']:.1f}", f"{peer['fwd_us_per_token']:.1f}",
+                     f"{row['speedup_fwd']:.2f}x", f"{mine['fwd_bwd_flops'] / 1e9:.2f}", f"{peer['fwd_bwd_flops'] / 1e9:.2f}",
+                     f"{mine['fwd_bwd_us_per_token']:.1f}", f"{peer['fwd_bwd_us_per_token']:.1f}",
+                     f"{row['speedup_fwd_bwd']:.2f}x"])
+    lines += [markdown_table(columns, rows, "right"), "", f"Reproduce: `{meta['command']}`"]
     return "\n".join(lines)

@@ -18,6 +18,7 @@ import aiohttp
 from benchmarks.env import BenchConfig, exec_true, latency_stats, run_metadata, time_async
 from orchard.env.client import AsyncSandbox
 from orchard.env.local import free_port, local_server
+from orchard.results import markdown_table
 
 # The server a port-forward test or benchmark runs in a sandbox: ``python server.py PORT``.
 ECHO_SERVER = '''
@@ -131,8 +132,8 @@ def render_ports(summary: dict[str, Any]) -> str:
     stats, ratio, meta = summary["latency"], summary["ratio_p50_over_exec"], summary["metadata"]
     labels = {"exec": "exec `true` (the SDK)", "http": "HTTP `GET /` through the port forward",
               "websocket": "WebSocket round trip through the port forward"}
-    rows = [f"| {label} | {stats[name]['p50_ms']:.2f} / {stats[name]['p99_ms']:.2f} | "
-            f"{'1.00' if name == 'exec' else f'{ratio[name]:.2f}'} |" for name, label in labels.items()]
+    rows = [(label, f"{stats[name]['p50_ms']:.2f} / {stats[name]['p99_ms']:.2f}",
+             "1.00" if name == "exec" else f"{ratio[name]:.2f}") for name, label in labels.items()]
     return "\n".join([
         "### Port forwards: a server inside a sandbox, against exec",
         "",
@@ -141,7 +142,5 @@ def render_ports(summary: dict[str, Any]) -> str:
         f"a WebSocket echo on an open connection, alternating over {meta['rounds']} rounds "
         "(`benchmarks/ports.py`). Milliseconds, p50 / p99.",
         "",
-        "| | p50 / p99 | p50 over exec's |",
-        "|---|---:|---:|",
-        *rows,
+        markdown_table(["", "p50 / p99", "p50 over exec's"], rows, [None, "right", "right"]),
     ])

@@ -45,6 +45,7 @@ from tqdm import tqdm
 
 from benchmarks.env import latency_stats, percentile
 from orchard.env.local import free_port
+from orchard.results import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 16
@@ -291,7 +292,7 @@ def render_proxy_bench(summary: dict[str, Any]) -> str:
                       f"{stats['litellm_added_ms']['p50_ms']:+.2f} / {stats['litellm_added_ms']['p99_ms']:+.2f}",
                       f"{stats['proxy_over_litellm_p50']:.2f}"]
             cpu += f" / {stats['litellm_cpu_ms_per_call']:.2f}"
-        rows.append("| " + " | ".join([*cells, f"{cpu} / {stats['upstream_cpu_ms_per_call']:.2f}"]) + " |")
+        rows.append([*cells, f"{cpu} / {stats['upstream_cpu_ms_per_call']:.2f}"])
     header = ["sessions", "mode", "direct", "through the proxy", "proxy adds p50 / p99"]
     cpu_header = "CPU per call: proxy / upstream"
     if peer:
@@ -308,7 +309,5 @@ def render_proxy_bench(summary: dict[str, Any]) -> str:
         f"{summary['calls_per_session']} sequential calls per session, all sessions at once; direct calls "
         f"before and after the proxied ones (`benchmarks/proxy.py`).{peer_text} Milliseconds, p50 / p95 / p99.",
         "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" if h == "mode" else "---:" for h in header) + "|",
-        *rows,
+        markdown_table(header, rows, [None if h == "mode" else "right" for h in header]),
     ])

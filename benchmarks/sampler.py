@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from orchard.models.shipped import smollm2_gguf
+from orchard.results import markdown_table
 
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 11173]
 
@@ -106,11 +107,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"{meta['platform']}): {meta['model']}, greedy decoding of {meta['config']['new_tokens']} tokens after an "
         "8-token prompt, fp32 on the CPU, best of the timed repeats. See `benchmarks/sampler.py`.",
         "",
-        "| batch | orchard tok/s | HF `generate` tok/s | orchard / HF |",
-        "|---:|---:|---:|---:|",
+        markdown_table(["batch", "orchard tok/s", "HF `generate` tok/s", "orchard / HF"],
+                       [(batch, f"{rates[f'orchard_b{batch}']:.1f}", f"{rates[f'hf_b{batch}']:.1f}",
+                         f"{summary['ratio_orchard_over_hf'][f'b{batch}']:.2f}x") for batch in meta["config"]["batches"]],
+                       "right"),
     ]
-    for batch in meta["config"]["batches"]:
-        lines.append(f"| {batch} | {rates[f'orchard_b{batch}']:.1f} | {rates[f'hf_b{batch}']:.1f} | "
-                     f"{summary['ratio_orchard_over_hf'][f'b{batch}']:.2f}x |")
     lines += ["", f"Reproduce: `{meta['command']}`"]
     return "\n".join(lines)

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from benchmarks.env import latency_stats
 from orchard.env.local import free_port
 from orchard.models.shipped import smollm2_gguf
+from orchard.results import markdown_table
 
 MODEL_NAME = "bench"
 
@@ -117,9 +118,9 @@ def render_serving_bench(summary: dict[str, Any]) -> str:
     rows = []
     for clients, stats in summary["results"].items():
         old, new = stats["one_at_a_time"], stats["continuous_batching"]
-        rows.append(f"| {clients} | {old['tokens_per_s']:.1f} | {new['tokens_per_s']:.1f} | "
-                    f"{stats['throughput_ratio']:.2f}x | {old['p50_ms'] / 1000:.2f} / {old['p99_ms'] / 1000:.2f} | "
-                    f"{new['p50_ms'] / 1000:.2f} / {new['p99_ms'] / 1000:.2f} |")
+        rows.append([clients, f"{old['tokens_per_s']:.1f}", f"{new['tokens_per_s']:.1f}", f"{stats['throughput_ratio']:.2f}x",
+                     f"{old['p50_ms'] / 1000:.2f} / {old['p99_ms'] / 1000:.2f}",
+                     f"{new['p50_ms'] / 1000:.2f} / {new['p99_ms'] / 1000:.2f}"])
     return "\n".join([
         "### `orchard serve`: continuous batching against one request at a time",
         "",
@@ -134,8 +135,6 @@ def render_serving_bench(summary: dict[str, Any]) -> str:
         "call, so serve with `--dtype float32` there. vLLM, the peer a GPU user would pick, is not measured "
         "(no GPU here).",
         "",
-        "| sessions | one at a time, tokens/s | batched, tokens/s | throughput | one at a time, latency p50 / p99 (s) "
-        "| batched, latency p50 / p99 (s) |",
-        "|---:|---:|---:|---:|---:|---:|",
-        *rows,
+        markdown_table(["sessions", "one at a time, tokens/s", "batched, tokens/s", "throughput",
+                        "one at a time, latency p50 / p99 (s)", "batched, latency p50 / p99 (s)"], rows, "right"),
     ])

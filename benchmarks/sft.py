@@ -73,6 +73,7 @@ from flax import nnx
 from orchard.data.pipeline import make_dataset
 from orchard.models import ModelConfig, Transformer
 from orchard.models.sharding import make_mesh, shard_model
+from orchard.results import markdown_table
 from orchard.train.state import (
     OptimConfig,
     batch_sharding,
@@ -358,7 +359,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     """The summary as the ``sft_bench`` section of ``docs/benchmarks.md``."""
     meta, cfg, rates = summary["metadata"], summary["metadata"]["config"], summary["tokens_per_s"]
     versions, model, loss = meta["versions"], meta["model"], summary["loss"]
-    rounds = summary["rounds_tokens_per_s"]
+    rounds, sides = summary["rounds_tokens_per_s"], ("orchard", "tunix")
     lines = [
         "## SFT training step",
         "",
@@ -371,16 +372,13 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"weights on the same packed batches of {cfg['batch_size']} x {cfg['seq_len']} tokens with the same "
         "AdamW. See the docstring of `benchmarks/sft.py` for exactly what is timed.",
         "",
-        "| | orchard `make_train_step` | tunix `PeftTrainer` |",
-        "|---|---:|---:|",
-        f"| tokens/s (best round) | {rates['orchard']:,.1f} | {rates['tunix']:,.1f} |",
-        f"| tokens/s (median round) | {summary['median_tokens_per_s']['orchard']:,.1f} | "
-        f"{summary['median_tokens_per_s']['tunix']:,.1f} |",
-        f"| tokens/s per round | {', '.join(f'{v:,.1f}' for v in rounds['orchard'])} | "
-        f"{', '.join(f'{v:,.1f}' for v in rounds['tunix'])} |",
-        f"| loss at step 1 | {loss['orchard']['first']:.4f} | {loss['tunix']['first']:.4f} |",
-        f"| loss at step {loss['orchard']['steps']} | {loss['orchard']['final']:.4f} | "
-        f"{loss['tunix']['final']:.4f} |",
+        markdown_table(["", "orchard `make_train_step`", "tunix `PeftTrainer`"], [
+            ["tokens/s (best round)", *(f"{rates[side]:,.1f}" for side in sides)],
+            ["tokens/s (median round)", *(f"{summary['median_tokens_per_s'][side]:,.1f}" for side in sides)],
+            ["tokens/s per round", *(", ".join(f"{v:,.1f}" for v in rounds[side]) for side in sides)],
+            ["loss at step 1", *(f"{loss[side]['first']:.4f}" for side in sides)],
+            [f"loss at step {loss['orchard']['steps']}", *(f"{loss[side]['final']:.4f}" for side in sides)],
+        ], [None, "right", "right"]),
         "",
         f"orchard / tunix tokens/s: **{summary['ratio_orchard_over_tunix']:.2f}x** (best rounds; the median of "
         f"the per-round ratios is {summary['median_round_ratio']:.2f}x); the two loss curves differ by at most "

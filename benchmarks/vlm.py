@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.sampler import best_rate
+from orchard.results import markdown_table
 
 IMAGE, START, END, VIDEO = 4000, 4001, 4002, 4003
 TEXT = {"vocab_size": 4096, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 4,
@@ -166,10 +167,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"`{summary['command']}`. Largest difference of the last position's logits: "
         f"{summary['max_logit_difference']:.1e}.",
         "",
-        "| | Orchard | transformers | ratio |",
-        "|---|---|---|---|",
-        f"| vision tower, {cfg['images']} screenshots of {width} x {height} (images/s) | {ours['images_per_s']:.1f} | "
-        f"{theirs['images_per_s']:.1f} | {summary['ratios']['images_per_s']:.2f}x |",
-        f"| prefill, {cfg['prompt_tokens']} tokens with one image (tokens/s) | {ours['prefill_tokens_per_s']:.0f} | "
-        f"{theirs['prefill_tokens_per_s']:.0f} | {summary['ratios']['prefill_tokens_per_s']:.2f}x |",
+        markdown_table(["", "Orchard", "transformers", "ratio"], [
+            [f"vision tower, {cfg['images']} screenshots of {width} x {height} (images/s)", f"{ours['images_per_s']:.1f}",
+             f"{theirs['images_per_s']:.1f}", f"{summary['ratios']['images_per_s']:.2f}x"],
+            [f"prefill, {cfg['prompt_tokens']} tokens with one image (tokens/s)", f"{ours['prefill_tokens_per_s']:.0f}",
+             f"{theirs['prefill_tokens_per_s']:.0f}", f"{summary['ratios']['prefill_tokens_per_s']:.2f}x"],
+        ]),
     ])

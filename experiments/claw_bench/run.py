@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
 from benchmarks.claw import render_claw_bench, run_claw_bench
-from benchmarks.env import BenchConfig, publish
+from benchmarks.env import BenchConfig
+from orchard.results import publish
 
 
 def main(argv: list[str] | None = None) -> None:

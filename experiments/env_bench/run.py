@@ -28,9 +28,10 @@ from orchard.env import local_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
 from benchmarks.confinement import render_confinement, run_confinement
-from benchmarks.env import BenchConfig, publish, render_markdown, run_benchmark
+from benchmarks.env import BenchConfig, render_markdown, run_benchmark
 from benchmarks.env_scale import fork_and_claim, render_soak, render_stress, soak, stress
 from benchmarks.ports import render_ports, run_ports
+from orchard.results import publish
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 

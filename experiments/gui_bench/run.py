@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
-from benchmarks.env import publish
 from benchmarks.gui import render_gui_bench, run_gui_bench
+from orchard.results import publish
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
-from benchmarks.env import publish
 from benchmarks.moe import MoeBenchConfig, render_markdown, run_benchmark
+from orchard.results import publish
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
-from benchmarks.env import publish
 from benchmarks.proxy import render_proxy_bench, run_proxy_bench
+from orchard.results import publish
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,8 +1,7 @@
 """Benchmark Orchard's SFT train step against google-tunix's ``PeftTrainer`` (tiny model, CPU).
 
 A thin wrapper over :mod:`benchmarks.sft`. Needs google-tunix, which wants other transformers
-and tokenizers versions than the main venv, so use a venv of its own (the env extra is for
-``benchmarks.env.publish``):
+and tokenizers versions than the main venv, so use a venv of its own:
 
     python3 -m venv .venv-bench-tunix
     .venv-bench-tunix/bin/pip install -e '.[train,env]' google-tunix
@@ -17,8 +16,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
-from benchmarks.env import publish
 from benchmarks.sft import SftBenchConfig, render_markdown, run_benchmark
+from orchard.results import publish
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
 

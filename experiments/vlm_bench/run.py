@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
-from benchmarks.env import publish
 from benchmarks.vlm import VLMBenchConfig, render_markdown, run_benchmark
+from orchard.results import publish
 
 
 def main(argv: list[str] | None = None) -> None:
