@@ -9,34 +9,29 @@ A thin wrapper over :mod:`benchmarks.claw` (which documents what is measured). W
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import sys
-from pathlib import Path
+from absl import app, flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
 from benchmarks.claw import render_claw_bench, run_claw_bench
+from benchmarks.cli import command, define_integers, define_output_flags, flags_only, integers
 from benchmarks.env import BenchConfig
 from orchard.results import publish
 
+flags.DEFINE_integer("iterations", 300, "timed rounds of tool calls", lower_bound=2)
+flags.DEFINE_integer("warmup", 30, "untimed rounds before those", lower_bound=0)
+flags.DEFINE_integer("starts", 10, "fresh set-ups timed", lower_bound=1)
+define_integers("concurrency", [4, 16, 64], "sandboxes at once, one rollouts-per-minute run each")
+flags.DEFINE_float("seconds", 60.0, "wall time of each rollouts-per-minute run")
+flags.register_validator("seconds", lambda s: s > 0, "--seconds must be positive")
+define_output_flags(__file__)
+FLAGS = flags.FLAGS
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=300, help="timed rounds of tool calls")
-    parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--starts", type=int, default=10, help="fresh set-ups timed")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[4, 16, 64])
-    parser.add_argument("--seconds", type=float, default=60.0, help="wall time of each rollouts-per-minute run")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "summary.json")
-    parser.add_argument("--markdown", type=Path, help="also write its section of this Markdown page")
-    args = parser.parse_args(argv)
-    if args.iterations < 2 or args.starts < 1 or args.seconds <= 0 or min(args.concurrency) < 1:
-        parser.error("--iterations at least 2, --starts at least 1, --seconds positive, --concurrency at least 1")
-    command = shlex.join(["python", "experiments/claw_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
-    cfg = BenchConfig(iterations=args.iterations, warmup=args.warmup, progress=False)
-    summary = run_claw_bench(cfg, args.starts, tuple(args.concurrency), args.seconds, command)
-    publish(summary, args.out, args.markdown, "claw_bench", render_claw_bench)
+
+def main(argv: list[str]) -> None:
+    flags_only(argv)
+    cfg = BenchConfig(iterations=FLAGS.iterations, warmup=FLAGS.warmup, progress=False)
+    summary = run_claw_bench(cfg, FLAGS.starts, integers("concurrency"), FLAGS.seconds, command(__file__))
+    publish(summary, FLAGS.out, FLAGS.markdown, "claw_bench", render_claw_bench)
 
 
 if __name__ == "__main__":
-    main()
+    app.run(main)

@@ -10,96 +10,77 @@ Needs root: orchard sandboxes use Linux namespaces.
 
 ``--confinement`` times sandboxes with and without the seccomp filter side by side
 (:mod:`benchmarks.confinement`, ``results/confinement.json``); ``--ports`` times a request and a WebSocket
-round trip through a port forward against exec (:mod:`benchmarks.ports`, ``results/ports.json``). ``--stress N`` and ``--soak MINUTES`` run the scale checks of :mod:`benchmarks.env_scale` instead of
-the latency comparison, and write ``results/stress.json`` or ``results/soak.json``.
+round trip through a port forward against exec (:mod:`benchmarks.ports`, ``results/ports.json``). ``--stress N``
+and ``--soak MINUTES`` run the scale checks of :mod:`benchmarks.env_scale` instead of the latency comparison,
+and write ``results/stress.json`` or ``results/soak.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import platform
-import shlex
-import sys
 from pathlib import Path
 
-from orchard.env import local_server
+from absl import app, flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.cli import command, define_output_flags, flags_only
 from benchmarks.confinement import render_confinement, run_confinement
 from benchmarks.env import BenchConfig, render_markdown, run_benchmark
 from benchmarks.env_scale import fork_and_claim, render_soak, render_stress, soak, stress
 from benchmarks.ports import render_ports, run_ports
+from orchard.env import local_server
 from orchard.results import publish
 
-DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
+DEFAULTS = BenchConfig()
+flags.DEFINE_integer("iterations", DEFAULTS.iterations, "timed exec calls per backend", lower_bound=1)
+flags.DEFINE_integer("warmup", DEFAULTS.warmup, "untimed exec calls before those", lower_bound=0)
+flags.DEFINE_integer("concurrency", DEFAULTS.concurrency, "orchard sandboxes busy at once", lower_bound=1)
+flags.DEFINE_integer("per_sandbox", DEFAULTS.per_sandbox, "exec calls each busy sandbox makes", lower_bound=1)
+flags.DEFINE_integer("creates", DEFAULTS.creates, "sandboxes created one at a time for create latency",
+                     lower_bound=1)
+flags.DEFINE_bool("progress", True, "show progress bars (--noprogress hides them)")
+flags.DEFINE_integer("stress", None, "N concurrent sandboxes, 4 commands each, then fork and warm-pool latency")
+flags.DEFINE_float("soak", None, "minutes of create/exec/delete churn; report leaks")
+flags.DEFINE_bool("confinement", False,
+                  "create-to-first-exec and exec with and without the seccomp filter, side by side")
+flags.DEFINE_bool("ports", False, "an HTTP request and a WebSocket round trip through a port forward, against exec")
+define_output_flags(__file__)
+FLAGS = flags.FLAGS
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options; the defaults are those of :class:`BenchConfig`."""
-    defaults = BenchConfig()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iterations", type=int, default=defaults.iterations, help="timed exec calls per backend")
-    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed exec calls before those")
-    parser.add_argument("--concurrency", type=int, default=defaults.concurrency,
-                        help="orchard sandboxes busy at once")
-    parser.add_argument("--per-sandbox", type=int, default=defaults.per_sandbox,
-                        help="exec calls each busy sandbox makes")
-    parser.add_argument("--creates", type=int, default=defaults.creates,
-                        help="sandboxes created one at a time for create latency")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON summary")
-    parser.add_argument("--markdown", type=Path, help="also render the summary as Markdown to this path")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    parser.add_argument("--stress", type=int, metavar="N", help="N concurrent sandboxes, 4 commands each, "
-                        "then fork and warm-pool latency")
-    parser.add_argument("--soak", type=float, metavar="MINUTES", help="create/exec/delete churn; report leaks")
-    parser.add_argument("--confinement", action="store_true",
-                        help="create-to-first-exec and exec with and without the seccomp filter, side by side")
-    parser.add_argument("--ports", action="store_true",
-                        help="an HTTP request and a WebSocket round trip through a port forward, against exec")
-    args = parser.parse_args(argv)
-    for name in ("iterations", "concurrency", "per_sandbox", "creates"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.warmup < 0:
-        parser.error("--warmup must not be negative")
-    return args
-
-
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str]) -> None:
     """Run the benchmark and write its outputs."""
-    args = parse_args(argv)
-    command = shlex.join(["python", "experiments/env_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
-    if args.stress or args.soak:
-        run_scale(args, command)
+    flags_only(argv)
+    out, run = Path(FLAGS.out), command(__file__)
+    if FLAGS.stress or FLAGS.soak:
+        run_scale(out, run)
         return
-    cfg = BenchConfig(iterations=args.iterations, warmup=args.warmup, concurrency=args.concurrency,
-                      per_sandbox=args.per_sandbox, creates=args.creates, progress=not args.no_progress)
-    if args.confinement:
-        publish(run_confinement(cfg, command=command), args.out.with_name("confinement.json"), args.markdown,
+    cfg = BenchConfig(iterations=FLAGS.iterations, warmup=FLAGS.warmup, concurrency=FLAGS.concurrency,
+                      per_sandbox=FLAGS.per_sandbox, creates=FLAGS.creates, progress=FLAGS.progress)
+    if FLAGS.confinement:
+        publish(run_confinement(cfg, command=run), out.with_name("confinement.json"), FLAGS.markdown,
                 "env_confinement", render_confinement)
         return
-    if args.ports:
-        publish(run_ports(cfg, command=command), args.out.with_name("ports.json"), args.markdown, "env_ports",
-                render_ports)
+    if FLAGS.ports:
+        publish(run_ports(cfg, command=run), out.with_name("ports.json"), FLAGS.markdown, "env_ports", render_ports)
         return
-    publish(run_benchmark(cfg, command=command), args.out, args.markdown, "env_bench", render_markdown)
+    publish(run_benchmark(cfg, command=run), out, FLAGS.markdown, "env_bench", render_markdown)
 
 
-def run_scale(args: argparse.Namespace, command: str) -> None:
+def run_scale(out: Path, run: str) -> None:
     """``--stress`` and ``--soak``: each against a fresh orchestrator."""
-    base = {"command": command, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
-    if args.stress:
+    base = {"command": run, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+    if FLAGS.stress:
         with local_server() as server:
-            summary = {**base, "stress": asyncio.run(stress(server, args.stress, progress=not args.no_progress))}
+            summary = {**base, "stress": asyncio.run(stress(server, FLAGS.stress, progress=FLAGS.progress))}
             summary["fork_and_claim"] = asyncio.run(fork_and_claim(server))
-        publish(summary, args.out.with_name("stress.json"), args.markdown, "env_stress", render_stress)
-    if args.soak:
+        publish(summary, out.with_name("stress.json"), FLAGS.markdown, "env_stress", render_stress)
+    if FLAGS.soak:
         with local_server() as server:
-            summary = {**base, "soak": asyncio.run(soak(server, args.soak, progress=not args.no_progress))}
-        publish(summary, args.out.with_name("soak.json"), args.markdown, "env_soak", render_soak)
+            summary = {**base, "soak": asyncio.run(soak(server, FLAGS.soak, progress=FLAGS.progress))}
+        publish(summary, out.with_name("soak.json"), FLAGS.markdown, "env_soak", render_soak)
 
 
 if __name__ == "__main__":
-    main()
+    app.run(main)

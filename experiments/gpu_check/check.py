@@ -22,7 +22,7 @@ Steps, each timed, into ``DIR/summary.json``:
    advantages, one clipped policy-gradient update (``orchard.train.grpo.make_policy_loss``, the server's
    logprobs as the old ones), and a disk sync (``ReloadFromDisk``). Reports rollout tokens per second,
    sync seconds and the learner's MFU (6 x parameters x trained tokens per step time, over
-   ``--peak-tflops``; none on a CPU).
+   ``--peak_tflops``; none on a CPU).
 5. **follow (disk)**: a deterministic perturbation of the weights (seeded noise on every parameter), a disk
    sync, then parity against the perturbed learner: the server must match it within the tolerance, and the
    unperturbed learner's logprobs must differ by more (so the check sees the change).
@@ -36,7 +36,6 @@ a tiny random model). Nothing with vLLM or NCCL has run: this machine has no GPU
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -54,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from absl import app, flags
 from flax import nnx
 
 from orchard.data.tokenizer import Tokenizer
@@ -68,21 +68,18 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Water boils at", "O
 TOLERANCE = {"float32": (1e-3, 1e-2), "bfloat16": (0.05, 0.5)}  # (mean, max) |server - learner| logprob
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="the output directory (summary.json, the model, logs)")
-    parser.add_argument("--model", default="smollm2", help="smollm2, an HF directory or a .gguf")
-    parser.add_argument("--server", choices=("orchard", "vllm"), default="orchard")
-    parser.add_argument("--nccl", action="store_true", help="also sync by vLLM's NCCL weight transfer (GPU)")
-    parser.add_argument("--nccl-port", type=int, default=29555)
-    parser.add_argument("--steps", type=int, default=3, help="GRPO steps")
-    parser.add_argument("--group", type=int, default=4, help="samples per prompt")
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=1e-5)
-    parser.add_argument("--peak-tflops", type=float, default=None,
-                        help="the device's peak (H200 bf16 dense: 989); default: none, no MFU")
-    parser.add_argument("--server-timeout", type=float, default=600.0, help="seconds for the server to start")
-    return parser.parse_args(argv)
+flags.DEFINE_string("out", None, "the output directory (summary.json, the model, logs)", required=True)
+flags.DEFINE_string("model", "smollm2", "smollm2, an HF directory or a .gguf")
+flags.DEFINE_enum("server", "orchard", ["orchard", "vllm"], "the server the learner syncs to")
+flags.DEFINE_bool("nccl", False, "also sync by vLLM's NCCL weight transfer (GPU)")
+flags.DEFINE_integer("nccl_port", 29555, "the NCCL group's port")
+flags.DEFINE_integer("steps", 3, "GRPO steps", lower_bound=1)
+flags.DEFINE_integer("group", 4, "samples per prompt", lower_bound=1)
+flags.DEFINE_integer("max_tokens", 16, "tokens per completion", lower_bound=1)
+flags.DEFINE_float("learning_rate", 1e-5, "the GRPO updates' Adam learning rate")
+flags.DEFINE_float("peak_tflops", None, "the device's peak (H200 bf16 dense: 989); default: none, no MFU")
+flags.DEFINE_float("server_timeout", 600.0, "seconds for the server to start")
+FLAGS = flags.FLAGS
 
 
 def free_port() -> int:
@@ -180,7 +177,7 @@ def perturbed(model: Any, seed: int, scale: float = 0.05) -> Any:
     return nnx.merge(graphdef, jax.tree.unflatten(tree, noisy))
 
 
-def grpo(engine: OpenAIEngine, model: Any, prompts: list[list[int]], args: argparse.Namespace,
+def grpo(engine: OpenAIEngine, model: Any, prompts: list[list[int]], args: flags.FlagValues,
          version: int) -> tuple[Any, list[dict[str, Any]], int]:
     """``args.steps`` GRPO steps, each synced to the server by ``engine``'s weight sync."""
     graphdef, params = nnx.split(model, nnx.Param)
@@ -247,8 +244,8 @@ def rows(prompts: list[list[int]], completions: list[Any], advantages: list[floa
     return {key: jnp.asarray(value) for key, value in batch.items()}
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
+def check(args: flags.FlagValues) -> dict[str, Any]:
+    """Every step, ``summary.json`` written; the summary (``ok``: every check passed)."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dtype = "float32" if args.server == "orchard" else "bfloat16"
@@ -285,7 +282,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return summary
 
 
-def follow_nccl(engine: OpenAIEngine, model: Any, prompts: list[list[int]], args: argparse.Namespace,
+def follow_nccl(engine: OpenAIEngine, model: Any, prompts: list[list[int]], args: flags.FlagValues,
                 tolerance: tuple, version: int) -> dict[str, Any]:
     """Step 6: perturb again and sync by vLLM's NCCL weight transfer (its failure is recorded, not raised)."""
     from orchard.rollout.weight_transfer import NcclWeightTransfer
@@ -303,7 +300,13 @@ def follow_nccl(engine: OpenAIEngine, model: Any, prompts: list[list[int]], args
             **parity(engine, new, prompts, args.max_tokens, tolerance, reference=model)}
 
 
-if __name__ == "__main__":
-    result = main()
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}: every option is a flag")
+    result = check(FLAGS)
     print(json.dumps(result, indent=2))
-    sys.exit(0 if result["ok"] else 1)
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    app.run(main)

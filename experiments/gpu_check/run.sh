@@ -42,7 +42,7 @@ ARGS=(--out "$OUT")
 if [[ "$MODE" == gpu ]]; then
   # vLLM takes its share of the GPU first; JAX allocates as it goes, not 75% up front.
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
-  ARGS+=(--server vllm --nccl --peak-tflops 989)  # H200 SXM, bf16 dense
+  ARGS+=(--server vllm --nccl --peak_tflops 989)  # H200 SXM, bf16 dense
 fi
 # shellcheck disable=SC2206  # GPU_CHECK_ARGS is split on purpose
 ARGS+=(${GPU_CHECK_ARGS:-})

@@ -11,34 +11,30 @@ the BrowserGym venv (it pins its own Playwright).
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import sys
-from pathlib import Path
+from absl import app, flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.cli import command, define_integers, define_output_flags, flags_only, integers
 from benchmarks.gui import render_gui_bench, run_gui_bench
 from orchard.results import publish
 
+flags.DEFINE_integer("n", 30, "samples per latency", lower_bound=2)
+flags.DEFINE_float("seconds", 20.0, "wall time of each episodes-per-minute run")
+flags.register_validator("seconds", lambda s: s > 0, "--seconds must be positive")
+define_integers("concurrency", [1, 2, 4], "browsers at once, one episodes-per-minute run each")
+flags.DEFINE_string("browsergym", None, "the Python of a venv with browsergym-miniwob (skipped if absent)")
+flags.DEFINE_string("selenium", None, "the Python of a venv with miniwob and selenium (skipped if absent)")
+flags.DEFINE_bool("progress", True, "show progress bars (--noprogress hides them)")
+define_output_flags(__file__)
+FLAGS = flags.FLAGS
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=30, help="samples per latency")
-    parser.add_argument("--seconds", type=float, default=20.0, help="wall time of each episodes-per-minute run")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--browsergym", help="the Python of a venv with browsergym-miniwob (skipped if absent)")
-    parser.add_argument("--selenium", help="the Python of a venv with miniwob and selenium (skipped if absent)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "summary.json")
-    parser.add_argument("--markdown", type=Path, help="also write its section of this Markdown page")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    if args.n < 2 or args.seconds <= 0 or min(args.concurrency) < 1:
-        parser.error("--n must be at least 2, --seconds positive, --concurrency at least 1")
-    command = shlex.join(["python", "experiments/gui_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
-    summary = run_gui_bench(args.n, args.seconds, tuple(args.concurrency),
-                            {"browsergym": args.browsergym, "selenium": args.selenium}, not args.no_progress, command)
-    publish(summary, args.out, args.markdown, "gui_bench", render_gui_bench)
+
+def main(argv: list[str]) -> None:
+    flags_only(argv)
+    summary = run_gui_bench(FLAGS.n, FLAGS.seconds, integers("concurrency"),
+                            {"browsergym": FLAGS.browsergym, "selenium": FLAGS.selenium}, FLAGS.progress,
+                            command(__file__))
+    publish(summary, FLAGS.out, FLAGS.markdown, "gui_bench", render_gui_bench)
 
 
 if __name__ == "__main__":
-    main()
+    app.run(main)

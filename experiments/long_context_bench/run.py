@@ -8,39 +8,34 @@ the dense step at 32K tokens is compiled but not run when it would not fit half 
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import sys
-from pathlib import Path
+from absl import app, flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.cli import command, define_integers, define_output_flags, flags_only, integers
 from benchmarks.long_context import LongContextBenchConfig, render_markdown, run_benchmark
 from orchard.results import publish
 
-DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
+DEFAULTS = LongContextBenchConfig()
+define_integers("tokens", DEFAULTS.tokens, "row lengths")
+flags.DEFINE_integer("vocab", DEFAULTS.vocab, "vocabulary size", lower_bound=1)
+flags.DEFINE_integer("segments", DEFAULTS.segments, "packed segments per row", lower_bound=1)
+flags.DEFINE_integer("attention_block", DEFAULTS.attention_block, "flash attention's block", lower_bound=1)
+flags.DEFINE_integer("logits_chunk", DEFAULTS.logits_chunk, "positions the LM head projects at a time", lower_bound=1)
+flags.DEFINE_enum("remat", DEFAULTS.remat, ["none", "layer"], "rematerialisation")
+flags.DEFINE_integer("repeats", DEFAULTS.repeats, "timed calls per step, best kept", lower_bound=1)
+flags.DEFINE_float("memory_budget_gib", DEFAULTS.memory_budget_gib,
+                   "run no step whose compiled peak exceeds this (0: half the available memory)", lower_bound=0)
+define_output_flags(__file__)
+FLAGS = flags.FLAGS
 
 
-def main(argv: list[str] | None = None) -> None:
-    defaults = LongContextBenchConfig()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, nargs="+", default=list(defaults.tokens), help="row lengths")
-    parser.add_argument("--vocab", type=int, default=defaults.vocab)
-    parser.add_argument("--segments", type=int, default=defaults.segments, help="packed segments per row")
-    parser.add_argument("--attention-block", type=int, default=defaults.attention_block)
-    parser.add_argument("--logits-chunk", type=int, default=defaults.logits_chunk)
-    parser.add_argument("--remat", choices=("none", "layer"), default=defaults.remat)
-    parser.add_argument("--repeats", type=int, default=defaults.repeats, help="timed calls per step, best kept")
-    parser.add_argument("--memory-budget-gib", type=float, default=defaults.memory_budget_gib,
-                        help="run no step whose compiled peak exceeds this (0: half the available memory)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON summary")
-    parser.add_argument("--markdown", type=Path, help="also write its section of this Markdown page")
-    args = parser.parse_args(argv)
-    cfg = LongContextBenchConfig(tokens=tuple(args.tokens), vocab=args.vocab, segments=args.segments,
-                                 attention_block=args.attention_block, logits_chunk=args.logits_chunk,
-                                 remat=args.remat, repeats=args.repeats, memory_budget_gib=args.memory_budget_gib)
-    command = shlex.join(["python", "experiments/long_context_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
-    publish(run_benchmark(cfg, command=command), args.out, args.markdown, "long_context_bench", render_markdown)
+def main(argv: list[str]) -> None:
+    flags_only(argv)
+    cfg = LongContextBenchConfig(tokens=integers("tokens"), vocab=FLAGS.vocab, segments=FLAGS.segments,
+                                 attention_block=FLAGS.attention_block, logits_chunk=FLAGS.logits_chunk,
+                                 remat=FLAGS.remat, repeats=FLAGS.repeats, memory_budget_gib=FLAGS.memory_budget_gib)
+    publish(run_benchmark(cfg, command=command(__file__)), FLAGS.out, FLAGS.markdown, "long_context_bench",
+            render_markdown)
 
 
 if __name__ == "__main__":
-    main()
+    app.run(main)

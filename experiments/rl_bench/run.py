@@ -13,16 +13,17 @@ runs :func:`benchmarks.bar_sim.simulate` on three simulated pass-rate distributi
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import sys
+import os
 import tempfile
 import time
-from pathlib import Path
 
+from absl import app, flags
 from tqdm import tqdm
 
+from benchmarks.bar_sim import pass_rate_distributions, simulate
+from benchmarks.cli import define_integers, flags_only, integers
 from orchard.env import AsyncSandboxClient, local_server
 from orchard.harness.bash import BashHarness
 from orchard.harness.core import Limits
@@ -33,11 +34,15 @@ from orchard.tasks.swe.sources import resolve_source
 from orchard.tasks.swe.task import swe_tasks
 from orchard.train.bar import BAR, DynamicFilter, FixedGroup
 from orchard.train.rl import RolloutWorkers
+from orchard.workdir import write_json
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
-from benchmarks.bar_sim import pass_rate_distributions, simulate
-
-DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
+define_integers("levels", [8, 32, 64], "concurrent sandboxes to measure")
+flags.DEFINE_integer("per_level", 2, "rollouts per level, as a multiple of the level", lower_bound=1)
+flags.DEFINE_integer("tasks", 16, "synthetic tasks the rollouts cycle over", lower_bound=1)
+flags.DEFINE_integer("budget", 8000, "simulated rollouts per sampler", lower_bound=1)
+flags.DEFINE_string("out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "summary.json"),
+                    "where to write the JSON summary")
+FLAGS = flags.FLAGS
 
 
 class OraclePolicy:
@@ -95,21 +100,13 @@ def samplers(budget: int, prompts: int) -> dict[str, dict[str, dict[str, float]]
             for dist, rates in pass_rate_distributions(prompts, seed=0).items()}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--levels", default="8,32,64", help="concurrent sandboxes to measure")
-    parser.add_argument("--per-level", type=int, default=2, help="rollouts per level, as a multiple of the level")
-    parser.add_argument("--tasks", type=int, default=16, help="synthetic tasks the rollouts cycle over")
-    parser.add_argument("--budget", type=int, default=8000, help="simulated rollouts per sampler")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
-    summary = {"samplers_at_equal_budget": samplers(args.budget, 400),
-               "rollout_throughput": asyncio.run(throughput([int(x) for x in args.levels.split(",")], args.per_level,
-                                                            args.tasks))}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+def main(argv: list[str]) -> None:
+    flags_only(argv)
+    summary = {"samplers_at_equal_budget": samplers(FLAGS.budget, 400),
+               "rollout_throughput": asyncio.run(throughput(list(integers("levels")), FLAGS.per_level, FLAGS.tasks))}
+    write_json(FLAGS.out, summary)
     print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    app.run(main)

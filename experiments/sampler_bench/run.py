@@ -8,31 +8,26 @@ A thin wrapper over :mod:`benchmarks.sampler`. Needs the bench extra (torch, tra
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import sys
-from pathlib import Path
+from absl import app, flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.cli import command, define_integers, define_output_flags, flags_only, integers
 from benchmarks.sampler import SamplerBenchConfig, render_markdown, run_benchmark
 from orchard.results import publish
 
-DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
+DEFAULTS = SamplerBenchConfig()
+flags.DEFINE_integer("new_tokens", DEFAULTS.new_tokens, "tokens decoded per request", lower_bound=1)
+define_integers("batches", DEFAULTS.batches, "batch sizes")
+flags.DEFINE_integer("repeats", DEFAULTS.repeats, "timed repeats, best kept", lower_bound=1)
+define_output_flags(__file__)
+FLAGS = flags.FLAGS
 
 
-def main(argv: list[str] | None = None) -> None:
-    defaults = SamplerBenchConfig()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--new-tokens", type=int, default=defaults.new_tokens)
-    parser.add_argument("--batches", type=int, nargs="+", default=list(defaults.batches))
-    parser.add_argument("--repeats", type=int, default=defaults.repeats)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON summary")
-    parser.add_argument("--markdown", type=Path, help="also write its section of this Markdown page")
-    args = parser.parse_args(argv)
-    cfg = SamplerBenchConfig(new_tokens=args.new_tokens, batches=tuple(args.batches), repeats=args.repeats)
-    command = shlex.join(["python", "experiments/sampler_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
-    publish(run_benchmark(cfg, command=command), args.out, args.markdown, "sampler_bench", render_markdown)
+def main(argv: list[str]) -> None:
+    flags_only(argv)
+    cfg = SamplerBenchConfig(new_tokens=FLAGS.new_tokens, batches=integers("batches"), repeats=FLAGS.repeats)
+    publish(run_benchmark(cfg, command=command(__file__)), FLAGS.out, FLAGS.markdown, "sampler_bench",
+            render_markdown)
 
 
 if __name__ == "__main__":
-    main()
+    app.run(main)

@@ -10,34 +10,28 @@ and tokenizers versions than the main venv, so use a venv of its own:
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import sys
-from pathlib import Path
+from absl import app, flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.cli import command, define_output_flags, flags_only
 from benchmarks.sft import SftBenchConfig, render_markdown, run_benchmark
 from orchard.results import publish
 
-DEFAULT_OUT = Path(__file__).parent / "results" / "summary.json"
+DEFAULTS = SftBenchConfig()
+flags.DEFINE_integer("seq_len", DEFAULTS.seq_len, "tokens per packed row", lower_bound=1)
+flags.DEFINE_integer("batch_size", DEFAULTS.batch_size, "rows per batch", lower_bound=1)
+flags.DEFINE_integer("warmup", DEFAULTS.warmup, "untimed steps per side", lower_bound=0)
+flags.DEFINE_integer("steps", DEFAULTS.steps, "timed steps per side and round", lower_bound=1)
+flags.DEFINE_integer("repeats", DEFAULTS.repeats, "timed rounds per side", lower_bound=1)
+define_output_flags(__file__)
+FLAGS = flags.FLAGS
 
 
-def main(argv: list[str] | None = None) -> None:
-    defaults = SftBenchConfig()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seq-len", type=int, default=defaults.seq_len)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed steps per side")
-    parser.add_argument("--steps", type=int, default=defaults.steps, help="timed steps per side and round")
-    parser.add_argument("--repeats", type=int, default=defaults.repeats, help="timed rounds per side")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the JSON summary")
-    parser.add_argument("--markdown", type=Path, help="also write its section of this Markdown page")
-    args = parser.parse_args(argv)
-    cfg = SftBenchConfig(seq_len=args.seq_len, batch_size=args.batch_size, warmup=args.warmup, steps=args.steps,
-                         repeats=args.repeats)
-    command = shlex.join(["python", "experiments/sft_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
-    publish(run_benchmark(cfg, command=command), args.out, args.markdown, "sft_bench", render_markdown)
+def main(argv: list[str]) -> None:
+    flags_only(argv)
+    cfg = SftBenchConfig(seq_len=FLAGS.seq_len, batch_size=FLAGS.batch_size, warmup=FLAGS.warmup, steps=FLAGS.steps,
+                         repeats=FLAGS.repeats)
+    publish(run_benchmark(cfg, command=command(__file__)), FLAGS.out, FLAGS.markdown, "sft_bench", render_markdown)
 
 
 if __name__ == "__main__":
-    main()
+    app.run(main)

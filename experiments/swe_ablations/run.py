@@ -13,11 +13,9 @@ which ``notebooks/credit_assignment_sft.ipynb``, ``notebooks/sft_scale_vs_select
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import app
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # configs/ imports
 from orchard.recipes.ablation_report import (
     check_config,
     credit_table,

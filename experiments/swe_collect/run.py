@@ -6,17 +6,18 @@
 With no ``--teacher`` the oracle teacher plays (``orchard.tasks.swe.oracle``: it knows the gold
 patch; samples cycle through its clean, wandering and failing variants). With ``--teacher`` any
 OpenAI-compatible endpoint (``orchard serve``, vLLM, a hosted API) is the teacher. Starts a local
-orchestrator unless ``--env URL --api-key K`` names one. Writes ``trajectories.jsonl`` and
+orchestrator unless ``--env URL --env_key K`` names one. Writes ``trajectories.jsonl`` and
 ``summary.json`` under ``--out`` and prints the summary.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
 from pathlib import Path
+
+from absl import app, flags
 
 from orchard.data.trajectory import TrajectoryWriter
 from orchard.env import AsyncSandboxClient, local_server
@@ -31,60 +32,62 @@ from orchard.tasks.swe.oracle import OracleTeacher
 VARIANTS = ("clean", "wander", "fail")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", required=True, type=Path, help="instances.jsonl (experiments/swe_tasks/run.py)")
-    parser.add_argument("--harnesses", default="bash,codeact")
-    parser.add_argument("--samples", type=int, default=3, help="samples per task and harness")
-    parser.add_argument("--teacher", help="an OpenAI-compatible base URL (default: the oracle teacher)")
-    parser.add_argument("--model", default="teacher")
-    parser.add_argument("--api-key", default="EMPTY")
-    parser.add_argument("--env", help="an orchestrator URL (default: start a local one)")
-    parser.add_argument("--env-key", help="the orchestrator's API key")
-    parser.add_argument("--concurrency", type=int, default=4, help="sandboxes at once")
-    parser.add_argument("--max-steps", type=int, default=30)
-    parser.add_argument("--max-tokens", type=int, default=None, help="context budget per trajectory (the filter)")
-    parser.add_argument("--out", type=Path, default=Path("runs/swe_collect"))
-    return parser.parse_args(argv)
+flags.DEFINE_string("tasks", None, "instances.jsonl (experiments/swe_tasks/run.py)", required=True)
+flags.DEFINE_list("harnesses", ["bash", "codeact"], "harnesses, comma-separated")
+flags.register_validator("harnesses", lambda names: bool(names) and set(names) <= {"bash", "codeact"},
+                         "--harnesses: bash, codeact or both, comma-separated")
+flags.DEFINE_integer("samples", 3, "samples per task and harness", lower_bound=1)
+flags.DEFINE_string("teacher", None, "an OpenAI-compatible base URL (default: the oracle teacher)")
+flags.DEFINE_string("model", "teacher", "the teacher's model name at that URL")
+flags.DEFINE_string("api_key", "EMPTY", "the teacher's API key")
+flags.DEFINE_string("env", None, "an orchestrator URL (default: start a local one)")
+flags.DEFINE_string("env_key", None, "the orchestrator's API key")
+flags.DEFINE_integer("concurrency", 4, "sandboxes at once", lower_bound=1)
+flags.DEFINE_integer("max_steps", 30, "steps per trajectory", lower_bound=1)
+flags.DEFINE_integer("max_tokens", None, "context budget per trajectory (the filter)", lower_bound=1)
+flags.DEFINE_string("out", "runs/swe_collect", "where trajectories.jsonl and summary.json go")
+FLAGS = flags.FLAGS
 
 
-def make_teacher(args: argparse.Namespace):
-    if args.teacher:
-        policy = OpenAIChatPolicy(args.teacher, args.model, api_key=args.api_key)
+def make_teacher():
+    if FLAGS.teacher:
+        policy = OpenAIChatPolicy(FLAGS.teacher, FLAGS.model, api_key=FLAGS.api_key)
         return lambda instance, harness, k: policy
     return lambda instance, harness, k: OracleTeacher(instance, harness, VARIANTS[k % len(VARIANTS)], seed=k)
 
 
-async def run(args: argparse.Namespace, base_url: str, key: str) -> dict:
+async def run(base_url: str, key: str) -> dict:
     harnesses = {"bash": BashHarness, "codeact": CodeActHarness}
-    chosen = [harnesses[name]() for name in args.harnesses.split(",")]
+    chosen = [harnesses[name]() for name in FLAGS.harnesses]
     client = AsyncSandboxClient(base_url, api_key=key)
     try:
-        report = await collect(client, load_instances(args.tasks), chosen, make_teacher(args), args.samples,
-                               limits=Limits(max_steps=args.max_steps, max_tokens=args.max_tokens),
-                               concurrency=args.concurrency)
+        report = await collect(client, load_instances(FLAGS.tasks), chosen, make_teacher(), FLAGS.samples,
+                               limits=Limits(max_steps=FLAGS.max_steps, max_tokens=FLAGS.max_tokens),
+                               concurrency=FLAGS.concurrency)
     finally:
         await client.aclose()
-    args.out.mkdir(parents=True, exist_ok=True)
-    with TrajectoryWriter(str(args.out / "trajectories.jsonl")) as writer:
+    out = Path(FLAGS.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with TrajectoryWriter(str(out / "trajectories.jsonl")) as writer:
         for trajectory in report.kept:
             writer.write(trajectory)
     summary = report.summary()
-    (args.out / "summary.json").write_text(json.dumps({**summary, "errors": report.errors}, indent=2))
+    (out / "summary.json").write_text(json.dumps({**summary, "errors": report.errors}, indent=2))
     return summary
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}: every option is a flag")
     with contextlib.ExitStack() as stack:
-        if args.env:
-            base_url, key = args.env, args.env_key
+        if FLAGS.env:
+            base_url, key = FLAGS.env, FLAGS.env_key
         else:
             server = stack.enter_context(local_server())
             base_url, key = server.base_url, server.api_key
-        summary = asyncio.run(run(args, base_url, key))
+        summary = asyncio.run(run(base_url, key))
     print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    app.run(main)

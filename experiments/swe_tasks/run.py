@@ -15,49 +15,37 @@ and an empty patch must not.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+import os
 from collections import Counter
 from pathlib import Path
 
+from absl import app, flags
 from tqdm import tqdm
 
 from orchard.tasks.swe.bugs import KINDS
 from orchard.tasks.swe.generate import generate_task_set
 from orchard.tasks.swe.sources import SHIPPED, resolve_source
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", default="shipped",
-                        help=f"comma-separated: 'shipped' (= {','.join(SHIPPED)}), a shipped name, or an "
-                             "installed package that ships its tests (toolz, simplejson, ...)")
-    parser.add_argument("--count", type=int, default=20, help="tasks to keep, spread evenly over the sources")
-    parser.add_argument("--out", type=Path, help="output directory (default: experiments/swe_tasks/results/<source>)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-tries", type=int, help="candidates to try per source (default: 25 x its quota)")
-    parser.add_argument("--timeout", type=float,
-                        help="seconds per test run of a candidate (default: 10 x the baseline run, at least 10)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated mutation kinds")
-    parser.add_argument("--visible-tests", action="store_true",
-                        help="keep the failing tests in the snapshot (SWE-smith) instead of withholding them "
-                             "for test_patch (SWE-bench, the default)")
-    parser.add_argument("--verify", type=int, default=0, metavar="N", help="grade the first N tasks in sandboxes")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    args = parser.parse_args(argv)
-    if args.count < 1:
-        parser.error("--count must be at least 1")
-    kinds = tuple(k for k in args.kinds.split(",") if k)
-    if unknown := set(kinds) - set(KINDS):
-        parser.error(f"unknown --kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
-    args.kinds = kinds
-    names = [n for n in args.source.split(",") if n]
-    args.names = [s for n in names for s in (SHIPPED if n == "shipped" else (n,))]
-    args.out = args.out or RESULTS / args.source.replace(",", "+").replace(":", "_")
-    return args
+flags.DEFINE_list("source", ["shipped"], f"'shipped' (= {','.join(SHIPPED)}), a shipped name, or an installed "
+                  "package that ships its tests (toolz, simplejson, ...); comma-separated")
+flags.register_validator("source", bool, "--source names at least one source")
+flags.DEFINE_integer("count", 20, "tasks to keep, spread evenly over the sources", lower_bound=1)
+flags.DEFINE_string("out", None, "output directory (default: experiments/swe_tasks/results/<source>)")
+flags.DEFINE_integer("seed", 0, "the mutations' seed")
+flags.DEFINE_integer("max_tries", None, "candidates to try per source (default: 25 x its quota)", lower_bound=1)
+flags.DEFINE_float("timeout", None,
+                   "seconds per test run of a candidate (default: 10 x the baseline run, at least 10)")
+flags.DEFINE_list("kinds", list(KINDS), "mutation kinds, comma-separated")
+flags.register_validator("kinds", lambda kinds: bool(kinds) and set(kinds) <= set(KINDS),
+                         f"known --kinds: {','.join(KINDS)}")
+flags.DEFINE_bool("visible_tests", False, "keep the failing tests in the snapshot (SWE-smith) instead of "
+                  "withholding them for test_patch (SWE-bench, the default)")
+flags.DEFINE_integer("verify", 0, "grade the first N tasks in sandboxes", lower_bound=0)
+flags.DEFINE_bool("progress", True, "show the progress bar (--noprogress hides it)")
+FLAGS = flags.FLAGS
 
 
 def verify(instances: list, count: int) -> Counter:
@@ -75,11 +63,14 @@ def verify(instances: list, count: int) -> Counter:
     return outcome
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    sources = [resolve_source(name) for name in args.names]
-    per_source = -(-args.count // len(sources))
-    bar = tqdm(total=args.count, unit="task", disable=args.no_progress, desc="kept")
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}: every option is a flag")
+    names = [s for n in FLAGS.source for s in (SHIPPED if n == "shipped" else (n,))]
+    out = Path(FLAGS.out or os.path.join(RESULTS, "+".join(FLAGS.source).replace(":", "_")))
+    sources = [resolve_source(name) for name in names]
+    per_source = -(-FLAGS.count // len(sources))
+    bar = tqdm(total=FLAGS.count, unit="task", disable=not FLAGS.progress, desc="kept")
     reasons: Counter = Counter()
 
     def progress(mutation, reason) -> None:
@@ -89,19 +80,19 @@ def main(argv: list[str] | None = None) -> int:
         bar.set_postfix(tried=sum(reasons.values()), source=mutation.path.split("/", 1)[0], refresh=False)
 
     instances, report = generate_task_set(
-        sources, args.count, str(args.out), seed=args.seed, kinds=args.kinds,
-        max_tries=args.max_tries or 25 * per_source, tests_visible=args.visible_tests, timeout=args.timeout,
+        sources, FLAGS.count, str(out), seed=FLAGS.seed, kinds=tuple(FLAGS.kinds),
+        max_tries=FLAGS.max_tries or 25 * per_source, tests_visible=FLAGS.visible_tests, timeout=FLAGS.timeout,
         progress=progress)
     bar.close()
     summary = report.to_dict()
-    if args.verify:
-        summary["verify"] = dict(verify(instances, args.verify))
-        with open(args.out / "report.json", "w", encoding="utf-8") as handle:
+    if FLAGS.verify:
+        summary["verify"] = dict(verify(instances, FLAGS.verify))
+        with open(out / "report.json", "w", encoding="utf-8") as handle:
             json.dump(summary, handle, indent=2)
     print(json.dumps(summary, indent=2))
-    print(f"{report.kept} tasks from {report.tried} candidates in {report.seconds:.0f} s -> {args.out}/instances.jsonl")
+    print(f"{report.kept} tasks from {report.tried} candidates in {report.seconds:.0f} s -> {out}/instances.jsonl")
     return 0 if report.kept else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    app.run(main)

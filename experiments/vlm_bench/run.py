@@ -9,29 +9,25 @@ A thin wrapper over :mod:`benchmarks.vlm`. Needs the bench extra (torch, transfo
 
 from __future__ import annotations
 
-import argparse
-import shlex
-import sys
-from pathlib import Path
+from absl import app, flags
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks/ is not installed
+from benchmarks.cli import command, define_output_flags, flags_only
 from benchmarks.vlm import VLMBenchConfig, render_markdown, run_benchmark
 from orchard.results import publish
 
+DEFAULTS = VLMBenchConfig()
+flags.DEFINE_integer("images", DEFAULTS.images, "screenshots through the vision tower", lower_bound=1)
+flags.DEFINE_integer("prompt_tokens", DEFAULTS.prompt_tokens, "prefill tokens with one image", lower_bound=1)
+flags.DEFINE_integer("repeats", DEFAULTS.repeats, "timed repeats, best kept", lower_bound=1)
+define_output_flags(__file__)
+FLAGS = flags.FLAGS
 
-def main(argv: list[str] | None = None) -> None:
-    defaults = VLMBenchConfig()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=int, default=defaults.images)
-    parser.add_argument("--prompt-tokens", type=int, default=defaults.prompt_tokens)
-    parser.add_argument("--repeats", type=int, default=defaults.repeats)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "summary.json")
-    parser.add_argument("--markdown", type=Path, help="also write its section of this Markdown page")
-    args = parser.parse_args(argv)
-    cfg = VLMBenchConfig(images=args.images, prompt_tokens=args.prompt_tokens, repeats=args.repeats)
-    command = shlex.join(["python", "experiments/vlm_bench/run.py", *(sys.argv[1:] if argv is None else argv)])
-    publish(run_benchmark(cfg, command=command), args.out, args.markdown, "vlm_bench", render_markdown)
+
+def main(argv: list[str]) -> None:
+    flags_only(argv)
+    cfg = VLMBenchConfig(images=FLAGS.images, prompt_tokens=FLAGS.prompt_tokens, repeats=FLAGS.repeats)
+    publish(run_benchmark(cfg, command=command(__file__)), FLAGS.out, FLAGS.markdown, "vlm_bench", render_markdown)
 
 
 if __name__ == "__main__":
-    main()
+    app.run(main)

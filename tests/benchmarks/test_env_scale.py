@@ -27,7 +27,7 @@ def test_a_short_soak_leaks_nothing(tmp_path):
     """Fifteen seconds of churn (some hundreds of cycles); the benchmark soaks for minutes."""
     require_root()
     out = tmp_path / "results" / "summary.json"
-    done = subprocess.run([sys.executable, "experiments/env_bench/run.py", "--soak", "0.25", "--no-progress",
+    done = subprocess.run([sys.executable, "experiments/env_bench/run.py", "--soak", "0.25", "--noprogress",
                            f"--out={out}", f"--markdown={tmp_path / 'bench.md'}"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

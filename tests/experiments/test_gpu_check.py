@@ -28,7 +28,7 @@ def test_the_cpu_steps_of_the_gpu_check_pass_against_orchard_serve(tmp_path):
     Tokenizer.from_pretrained(qwen3_tokenizer_dir()).save_pretrained(model)
     out = tmp_path / "out"
     env = {**os.environ, "GPU_CHECK_PYTHON": sys.executable,
-           "GPU_CHECK_ARGS": f"--model {model} --steps 2 --group 2 --max-tokens 8"}
+           "GPU_CHECK_ARGS": f"--model {model} --steps 2 --group 2 --max_tokens 8"}
     done = subprocess.run(["bash", str(ROOT / "experiments/gpu_check/run.sh"), "--cpu", str(out)], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
