@@ -28,6 +28,7 @@ from orchard.harness.policies import OpenAIChatPolicy
 from orchard.tasks.swe.collect import collect
 from orchard.tasks.swe.instance import load_instances
 from orchard.tasks.swe.oracle import OracleTeacher
+from orchard.tasks.swe.task import swe_tasks
 
 VARIANTS = ("clean", "wander", "fail")
 
@@ -61,7 +62,7 @@ async def run(base_url: str, key: str) -> dict:
     chosen = [harnesses[name]() for name in FLAGS.harnesses]
     client = AsyncSandboxClient(base_url, api_key=key)
     try:
-        report = await collect(client, load_instances(FLAGS.tasks), chosen, make_teacher(), FLAGS.samples,
+        report = await collect(client, swe_tasks(load_instances(FLAGS.tasks)), chosen, make_teacher(), FLAGS.samples,
                                limits=Limits(max_steps=FLAGS.max_steps, max_tokens=FLAGS.max_tokens),
                                concurrency=FLAGS.concurrency)
     finally:
