@@ -14,8 +14,8 @@ import os
 
 from absl import app
 
-from orchard.recipes.claw_cross_harness import run
 from orchard.recipes.claw import CLAW
+from orchard.recipes.claw_cross_harness import run
 from orchard.recipes.cli import define_recipe_flags, recipe_main
 from orchard.recipes.report import plot_matrix
 

@@ -14,8 +14,8 @@ import os
 
 from absl import app
 
-from orchard.recipes.cli import define_recipe_flags, family_main
 from orchard.recipes.claw import CLAW
+from orchard.recipes.cli import define_recipe_flags, family_main
 
 CONFIG = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs", "claw_grpo.py"))
 define_recipe_flags(CONFIG, "tiny", "runs/claw_grpo_tiny")
