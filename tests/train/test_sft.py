@@ -6,9 +6,11 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import jax
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
@@ -22,6 +24,11 @@ from orchard.train.state import OptimConfig, batch_sharding, init_state, make_op
 from orchard.workdir import StaleStage
 
 OPTIM = OptimConfig(1e-2, 1e-3, 2, 0.01, 1.0)
+B1, B2 = 0.9, 0.95  # AdamW's moment decays
+EPS32 = float(np.finfo(np.float32).eps)
+# The most |m| / sqrt(v) (bias-corrected moments) can be at AdamW's first step, 1, or second, 1.00036:
+# Cauchy-Schwarz over the weights the moments give the two gradients.
+U_MAX = 1.0004
 
 SMALL = {"model_type": "qwen3", "vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_layers": 2,
          "num_heads": 4, "num_kv_heads": 2, "head_dim": 8, "qk_norm": True, "tie_word_embeddings": False,
@@ -42,21 +49,66 @@ def batch(rows: int, seq: int, accumulation: int = 2) -> dict[str, np.ndarray]:
             "positions": np.tile(np.arange(seq // 2, dtype=np.int32), 2)[None, None].repeat(rows, 1).repeat(accumulation, 0)}
 
 
+def _adam(state: Any) -> optax.ScaleByAdamState:
+    """The AdamW moments in a train state's optimizer state."""
+    return next(s for s in jax.tree.leaves(state.opt_state, is_leaf=lambda s: isinstance(s, optax.ScaleByAdamState))
+                if isinstance(s, optax.ScaleByAdamState))
+
+
+def _assert_within(actual: np.ndarray, desired: np.ndarray, bound: np.ndarray, what: str) -> None:
+    excess = np.abs(np.asarray(actual, np.float64) - desired) - bound
+    assert np.all(excess <= 0), f"{what}: {np.sum(excess > 0)} of {excess.size} elements beyond the bound, worst by {excess.max():.3g}"
+
+
 def test_a_sharded_step_equals_the_unsharded_step():
-    optimizer, schedule = make_optimizer(OPTIM, 10)
+    """Each of two AdamW steps, from the same state on one device and on a 4x2 mesh, makes the same new
+    state, to within what summing the gradients in another order can change (plus a few float32 ulps).
+
+    Each weight's gradient sums over the 512 tokens of the batch, and a float32 sum of n terms taken in
+    another order moves by about eps sqrt(n) of its magnitude: we allow d = 8 eps sqrt(512), 2.2e-5, of
+    the tensor's largest gradient, through the moments mu (by (1 - b1) d) and nu (by (1 - b2) (2 |g| d +
+    d^2)). Not relative to each element: one whose gradient cancels to near zero has no bounded relative
+    error. A lost shard or a missing all-reduce is off by a quarter of the gradient.
+
+    AdamW moves a parameter by lr (m / sqrt(v) + wd p) (bias-corrected moments, Adam's eps aside), and
+    |m| / sqrt(v) <= U_MAX. Gradients that differ by d move m by at most d and sqrt(v), a weighted norm of
+    the gradients, by at most d, so m / sqrt(v) moves by at most (1 + U_MAX) d / (sqrt(v) - d), and never by
+    more than 2 U_MAX: an element whose gradient is far above d moves the same to a small fraction of lr,
+    one whose gradient is rounding noise may step the other way. A misplaced update is off by about lr in
+    most elements, one with a 1% wrong learning rate by 240 times this bound (tried; the unchanged code
+    stays under a tenth of each bound)."""
+    optimizer, schedule = make_optimizer(OPTIM, 10, B1, B2)
     data = batch(rows=8, seq=32)
-    results = []
+    tokens = data["tokens"].size
+    layouts = []
     for mesh in (make_mesh(1, 1), make_mesh(4, 2)):
         graphdef, state = init_state(small_model(), optimizer, mesh)
-        step = make_train_step(graphdef, optimizer, schedule)
-        for _ in range(2):
-            state, metrics = step(state, jax.device_put(data, batch_sharding(mesh)))
-        results.append((state, metrics))
-    (single, single_metrics), (sharded, sharded_metrics) = results
-    np.testing.assert_allclose(float(sharded_metrics["loss"]), float(single_metrics["loss"]), rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(single.params), jax.tree.leaves(sharded.params), strict=True):
-        # Adam divides by the gradient scale, so float reordering between layouts shows up at ~1e-6.
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=1e-5)
+        layouts.append((make_train_step(graphdef, optimizer, schedule), jax.tree.map(lambda x: x.sharding, state),
+                        jax.device_put(data, batch_sharding(mesh))))
+    before = jax.tree.map(np.asarray, state)  # both meshes start from the same values
+    for t in (1, 2):
+        (single, single_metrics), (sharded, sharded_metrics) = (
+            step(jax.device_put(before, shardings), placed) for step, shardings, placed in layouts)
+        np.testing.assert_allclose(float(sharded_metrics["loss"]), float(single_metrics["loss"]), rtol=1e-5)
+        lr = float(schedule(t - 1))
+        old, new, other = _adam(before), _adam(single), _adam(sharded)
+        paths = [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_leaves_with_path(before.params)]
+        tensors = (old.mu, new.mu, new.nu, other.mu, other.nu, before.params, single.params, sharded.params)
+        for path, mu0, mu, nu, mu_b, nu_b, p0, p, p_b in zip(
+                paths, *([np.asarray(x, np.float64) for x in jax.tree.leaves(tree)] for tree in tensors), strict=True):
+            what = f"step {t}, {path}"
+            g = (mu - B1 * mu0) / (1 - B1)  # this step's gradient (after clipping), on one device
+            d = 8 * EPS32 * np.sqrt(tokens) * np.abs(g).max()
+            _assert_within(mu_b, mu, (1 - B1) * d + EPS32 * (B1 * np.abs(mu0) + (1 - B1) * np.abs(g) + np.abs(mu)),
+                           f"{what}: mu")
+            _assert_within(nu_b, nu, (1 - B2) * (2 * np.abs(g) * d + d**2) + 4 * EPS32 * nu, f"{what}: nu")
+            ulps = 2 * EPS32 * (np.abs(p) + 4 * lr)
+            # AdamW's step is at most lr (U_MAX + wd |p|), the premise of the bound below
+            _assert_within(p, p0, lr * (U_MAX + OPTIM.weight_decay * np.abs(p0)) + ulps, f"{what}: one-device step")
+            root_v = np.sqrt(nu / (1 - B2**t))
+            moved = np.where(root_v > d, (1 + U_MAX) * d / np.maximum(root_v - d, 1e-30), np.inf)
+            _assert_within(p_b, p, lr * np.minimum(moved, 2 * U_MAX) + ulps, f"{what}: parameters")
+        before = jax.tree.map(np.asarray, single)
     embed = sharded.params["model"]["embed_tokens"]["weight"].get_value()
     assert shard_bytes(embed) * 8 == embed.nbytes  # vocab over tp=2, embed over fsdp=4
     mu = jax.tree.leaves(sharded.opt_state)

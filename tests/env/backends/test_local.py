@@ -7,6 +7,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import subprocess
 import tempfile
 
 import httpx
@@ -104,13 +105,36 @@ def test_capabilities_are_dropped(sandbox):
     assert sandbox.exec("touch /tmp/owned && chown 1000:1000 /tmp/owned").ok  # ordinary root work still fine
 
 
-def test_fork_bomb_is_stopped_by_the_pids_limit(client):
+def test_fork_bomb_is_stopped_by_the_pids_limit(client, orchestrator):
+    """A fork bomb in a sandbox of 64 pids is contained: the sandbox's pids cgroup refuses its forks and
+    never holds more than 64 tasks, the command ends at its time-out with the whole bomb killed (it is the
+    command's process group), the same sandbox runs the next command, and the host still starts processes.
+
+    The bomb starts in a subshell, ``(bomb)``, so that the top-level shell has made its last fork before
+    any bomb process exists; it then waits in ``exec sleep`` until the time-out. Started as ``bomb; ...``,
+    the top-level shell forks both halves of the first pipeline itself: on a loaded machine the first
+    half's descendants can take every pid before the second fork, and the shell exits 2 ("Cannot fork")
+    at once, leaving behind a bomb that may hold all 64 pids and refuse the sandbox's next command (2 of 8
+    runs beside three busy loops on 2 cores; this form: 8 of 8 timed out and cleaned up)."""
+    cgroups = LocalBackend(orchestrator.state_dir).cgroups
+    assert cgroups.available  # the limit is the cgroup's: RLIMIT_NPROC, the fallback, does not bind root
     with client.create(pids=64) as sb:
-        # `exec sleep`: the top-level shell needs no fork of its own after the bomb has taken every pid
-        bomb = sb.exec("bomb() { bomb | bomb & }; bomb; exec sleep 1000", timeout=3)
+        paths = cgroups.paths(sb.id)
+        limit = paths.get("pids", paths.get("unified"))  # cgroup v1's pids controller, or v2's one group
+
+        def read(name: str) -> str:
+            with open(os.path.join(limit, name)) as handle:
+                return handle.read()
+
+        assert read("pids.max").strip() == "64"
+        bomb = sb.exec("bomb() { bomb | bomb & }; (bomb); exec sleep 1000", timeout=3)
         assert bomb.timed_out
-        assert "fork" in bomb.stderr.lower()  # forks were refused
+        assert "fork" in bomb.stderr.lower()  # forks were refused ("Cannot fork", or bash's "fork: ...")
+        assert int(dict(line.split() for line in read("pids.events").splitlines())["max"]) > 0  # by this limit
+        if os.path.exists(os.path.join(limit, "pids.peak")):  # where the kernel keeps the high-water mark
+            assert int(read("pids.peak")) <= 64
         assert sb.exec("echo alive").check().stdout == "alive\n"
+    assert subprocess.run(["true"]).returncode == 0  # the host still forks
 
 
 def test_memory_hog_is_killed_but_the_agent_survives(client):
