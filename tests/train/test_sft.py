@@ -171,7 +171,7 @@ def test_the_loss_falls_on_the_synthetic_swe_data(tmp_path):
     """A fresh tiny model on real text: credit-assignment examples of the synthetic bug-fix set."""
     from orchard.data.tokenizer import Tokenizer
     from orchard.models.shipped import smollm2_gguf
-    from orchard.tasks.swe.sft_data import ExamplesConfig, build_examples
+    from orchard.recipes.sft_data import ExamplesConfig, build_examples
 
     tokenizer = Tokenizer.from_gguf(smollm2_gguf())
     train, held_out = build_examples(ExamplesConfig(synthetic_tasks=8), str(tmp_path / "data"), tokenizer)
