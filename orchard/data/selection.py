@@ -14,7 +14,7 @@ taking ``round(fraction * n)`` trajectories (at least one when there are any):
   cleanest runs.
 
 Every rule returns the trajectories in their input order, so the only change between rules is
-which ones are kept. Seeds come from the caller (:func:`orchard.harness.seeds.derive_seed`).
+which ones are kept. Seeds come from the caller (:func:`orchard.seeds.derive_seed`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal, get_args
 
 from orchard.data.trajectory import Trajectory
+from orchard.seeds import seeded_random
 
 Selector = Literal["all", "random", "one_per_task", "diverse", "shortest"]
 SELECTORS: tuple[str, ...] = get_args(Selector)
@@ -70,7 +71,7 @@ def select_trajectories(trajectories: Sequence[Trajectory], rule: Selector, frac
             raise ValueError(f"rule 'all' keeps every trajectory; choose another rule for fraction {fraction}")
         return list(trajectories)
     count = selection_size(len(trajectories), fraction)
-    rng = random.Random(seed)
+    rng = seeded_random(seed, "select", rule)
     if rule == "random":
         chosen = rng.sample(range(len(trajectories)), count)
     elif rule == "shortest":

@@ -25,9 +25,9 @@ from orchard.env.client import AsyncSandboxClient
 from orchard.eval.metrics import avg_at_k, mean_pass_at_k, mean_pass_hat_k, resolve_rate, task_rates
 from orchard.harness.core import Harness, Limits, Policy
 from orchard.harness.episode import EpisodeRunner, SandboxPool, SetupCache
-from orchard.harness.seeds import episode_seed
 from orchard.harness.task import Task
 from orchard.rollout.types import SamplingParams
+from orchard.seeds import episode_seed
 
 
 @dataclass(frozen=True)

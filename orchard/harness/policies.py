@@ -17,7 +17,7 @@
   do not.
 
 Both are stateless across episodes, so one instance can serve many concurrent runs. Each turn's
-sampling seed is :func:`~orchard.harness.seeds.turn_seed` of the policy's seed, the episode's and
+sampling seed is :func:`~orchard.seeds.turn_seed` of the policy's seed, the episode's and
 the turn number.
 """
 
@@ -42,10 +42,10 @@ from orchard.data.examples import ContextView
 from orchard.data.images import ImageStore, recent_images
 from orchard.data.trajectory import Message, ToolCall, token_digest
 from orchard.harness.core import ContextLimitExceeded, Conversation, Turn
-from orchard.harness.seeds import turn_seed
 from orchard.rollout.engine import RolloutEngine, has_native_async
 from orchard.rollout.openai_client import OpenAIClient, OpenAIError, RetryPolicy
 from orchard.rollout.types import SamplingParams
+from orchard.seeds import turn_seed
 
 
 class PolicyError(RuntimeError):

@@ -24,6 +24,7 @@ from orchard.models.vlm import (
     VLMConfig,
 )
 from orchard.models.weights import from_pretrained
+from orchard.seeds import derive_seed
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,10 @@ def build_model(spec: ModelSpec, seed: int, vocab_size: int | None = None, mesh:
     if spec.path:
         return from_pretrained(resolve(spec.path), mesh=mesh, **spec.compute())
     if "vision" in spec.init:
-        model: Transformer = VisionLanguageModel(_vlm_config(spec, vocab_size, vision_tokens), rngs=nnx.Rngs(seed))
+        model: Transformer = VisionLanguageModel(_vlm_config(spec, vocab_size, vision_tokens), rngs=nnx.Rngs(derive_seed(seed, "model-init")))
     else:
         model = Transformer(ModelConfig(**{**spec.init, **spec.compute(), "vocab_size": _vocab(spec.init, vocab_size)}),
-                            rngs=nnx.Rngs(seed))
+                            rngs=nnx.Rngs(derive_seed(seed, "model-init")))
     return shard_model(model, mesh) if mesh is not None else model
 
 

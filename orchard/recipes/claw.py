@@ -134,7 +134,7 @@ def tasks_stage(config: ClawConfig, workdir: str, rerun: bool) -> Split:
     if not generated.train or not generated.held_out:
         raise ValueError(f"the Claw recipe needs training and held-out tasks; got {len(generated.train)} and "
                          f"{len(generated.held_out)}")
-    sft, rl = split_by_id(generated.train, tasks.rl_fraction, config.seed, key=lambda spec: spec.id,
+    sft, rl = split_by_id(generated.train, tasks.rl_fraction, config.seed, key=lambda spec: spec.id, purpose="rl-prompts",
                           at_least_one=tasks.rl_fraction > 0)
     sft_tasks = [ClawTask(s) for s in sft]  # with rl_fraction = 0, RL samples the SFT tasks
     return Split(sft=sft_tasks, rl=[ClawTask(s) for s in rl] or sft_tasks,

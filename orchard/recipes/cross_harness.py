@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +57,7 @@ from orchard.rollout.local_serving import serve_app
 from orchard.rollout.proxy import ProxyConfig, RecordingProxy, create_proxy_app
 from orchard.rollout.proxy_client import ProxyClient
 from orchard.rollout.server import ModelServer, create_app
+from orchard.seeds import seeded_random
 from orchard.tasks.swe.workspace import REPO_DIR, submission_patch
 from orchard.workdir import write_json
 
@@ -84,7 +84,7 @@ def arm_trajectories(trajectories: Sequence[Trajectory], arm: str, seed: int,
     if arm != "both":
         return [t for t in trajectories if t.harness == arm]
     tasks = sorted({t.task_id for t in trajectories})
-    random.Random(seed).shuffle(tasks)
+    seeded_random(seed, "arm-both-halves").shuffle(tasks)
     first = set(tasks[: len(tasks) // 2])
     return [t for t in trajectories if t.harness in harnesses and (t.harness == harnesses[0]) == (t.task_id in first)]
 

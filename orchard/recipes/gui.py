@@ -30,7 +30,6 @@ import asyncio
 import json
 import logging
 import os
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +55,7 @@ from orchard.recipes.family import Context, Family, Split, Teaching
 from orchard.recipes.runner import RecipeResult, run_recipe
 from orchard.recipes.stages import Made, SharedStages, message_texts, sft_stage, shared_stages
 from orchard.rollout.jax_engine import model_chat_format
+from orchard.seeds import seeded_random
 from orchard.tasks.gui.collect import collect, gui_splits, loop_seconds
 from orchard.tasks.gui.miniwob import CATALOGUE, FAMILY, MiniWoBTask, build_instances
 from orchard.workdir import Stage
@@ -198,7 +198,7 @@ def write_turn_examples(config: GUIConfig, directory: str, trajectories: Sequenc
     view = latest_images(config.rl.context_images) if config.rl.context_images >= 0 else None
     table = ImageTable(model.config, images)
     order = list(trajectories)
-    random.Random(config.seed).shuffle(order)
+    seeded_random(config.seed, "sft-eval").shuffle(order)
     held = max(1, round(config.examples.eval_fraction * len(order))) if config.examples.eval_fraction else 0
     written, too_long = 0, 0
     for name, part in (("eval", order[:held]), ("train", order[held:])):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from orchard.data.selection import Selector, select_trajectories
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
 from orchard.eval.splits import split_by_id
+from orchard.seeds import seeded_random
 from orchard.tasks.swe.synthetic import make_tasks, teacher_trajectory
 from orchard.workdir import write_json
 
@@ -77,11 +77,11 @@ def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
     elif trajectories is None:
         trajectories = synthetic_trajectories(config.synthetic_tasks, config.seed, config.epsilon)
     chat = make_chat_format(config.chat_format, tokenizer)
-    train, held = split_by_id(trajectories, config.eval_fraction, config.seed, key=lambda t: t.task_id,
+    train, held = split_by_id(trajectories, config.eval_fraction, config.seed, key=lambda t: t.task_id, purpose="sft-eval",
                               at_least_one=True)
     train = select_trajectories(train, config.select, config.fraction, config.selection_seed, group)
     if config.token_budget:
-        train = random.Random(config.selection_seed).sample(train, len(train))
+        train = seeded_random(config.selection_seed, "token-budget-order").sample(train, len(train))
     paths = os.path.join(directory, "train.jsonl"), os.path.join(directory, "eval.jsonl")
     written = write_examples(train, chat, paths[0], config.observation_weight, config.unresolved, config.token_budget)
     held_written = write_examples(held, chat, paths[1])

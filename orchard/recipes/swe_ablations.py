@@ -59,7 +59,6 @@ from orchard.eval.judge import LLMJudge
 from orchard.eval.metrics import paired_change, seed_spread
 from orchard.eval.runner import Evaluation
 from orchard.harness.bash import BashHarness
-from orchard.harness.seeds import derive_seed
 from orchard.models.shipped import resolve
 from orchard.models.transformer import Transformer
 from orchard.recipes.family import Context, Split
@@ -68,6 +67,7 @@ from orchard.recipes.stages import episodes_path, text_sft_stage, trained_policy
 from orchard.recipes.swe import SWE, SWEConfig
 from orchard.rollout.local_serving import serve_app
 from orchard.rollout.server import ModelServer, create_app
+from orchard.seeds import derive_seed
 from orchard.tasks.swe.oracle import estimator_for
 from orchard.tasks.swe.taskset import helper_key
 from orchard.train.metrics import read_metrics

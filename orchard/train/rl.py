@@ -16,7 +16,7 @@ turn) for the update of the shared train step with the clipped policy loss
 (immediate for :class:`~orchard.rollout.jax_engine.JaxEngine`; through a weight sync for
 :class:`~orchard.rollout.openai_engine.OpenAIEngine` and vLLM).
 
-Every episode's seed is :func:`~orchard.harness.seeds.episode_seed` of (run seed, step, task id,
+Every episode's seed is :func:`~orchard.seeds.episode_seed` of (run seed, step, task id,
 sample index): a rerun samples the same rollouts whatever order they finish in.
 
 Before the first step, ``pass_filter`` can keep only the tasks whose pass rate under the initial
@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -55,7 +54,6 @@ from orchard.eval.runner import RolloutConfig, evaluate_policy
 from orchard.harness.core import Harness, Policy
 from orchard.harness.episode import EpisodeRunner, SandboxPool, SetupCache
 from orchard.harness.policies import EnginePolicy
-from orchard.harness.seeds import derive_seed, episode_seed
 from orchard.harness.task import Task
 from orchard.models.build import ModelSpec, build_model
 from orchard.models.sharding import MeshConfig
@@ -65,6 +63,7 @@ from orchard.models.weights import ModelWeights
 from orchard.rollout.engine import RolloutEngine
 from orchard.rollout.jax_engine import JaxEngine, model_chat_format
 from orchard.rollout.openai_engine import OpenAIEngine, ReloadFromDisk, WeightSync
+from orchard.seeds import episode_seed, seeded_random
 from orchard.train.bar import GroupResult, GroupSampler, SamplerConfig, make_sampler
 from orchard.train.checkpoint import Checkpointer
 from orchard.train.curriculum import CurriculumConfig
@@ -325,7 +324,7 @@ class Learner:
 
 def draw_tasks(tasks: Sequence[Task], count: int, seed: int, step: int) -> tuple[list[Task], list[Task]]:
     """The step's tasks and as many spares (which replace dropped ones), drawn by the one seed formula."""
-    drawn = random.Random(derive_seed(seed, "prompts", step)).sample(list(tasks), min(2 * count, len(tasks)))
+    drawn = seeded_random(seed, "prompts", step).sample(list(tasks), min(2 * count, len(tasks)))
     return drawn[:count], drawn[count:]
 
 

@@ -42,6 +42,7 @@ from orchard.models.build import ModelSpec, build_model
 from orchard.models.sharding import MeshConfig
 from orchard.models.transformer import Transformer
 from orchard.models.weights import ModelWeights
+from orchard.seeds import derive_seed
 from orchard.train.checkpoint import Checkpointer
 from orchard.train.images import attach_images
 from orchard.train.metrics import MetricsWriter
@@ -127,7 +128,8 @@ def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_e
     features = IMAGE_FEATURES if images is not None else ()
     # Every process reads the same global batches and places only its own rows (global_batch): a run over
     # several processes trains on exactly the batches of a run on one.
-    data = make_dataset(examples, seq_len=config.seq_len, batch_size=rows * accum, seed=config.seed, inputs=features)
+    data = make_dataset(examples, seq_len=config.seq_len, batch_size=rows * accum, seed=derive_seed(config.seed, "sft-batches"),
+                        inputs=features)
     checkpointer = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint_every)
     if (start := checkpointer.latest_step()) is not None:
         state = checkpointer.restore(start, state, data)

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from orchard.data.trajectory import EndReason, Trajectory
 from orchard.harness.core import Harness
 from orchard.harness.episode import EpisodeRunner
-from orchard.harness.seeds import episode_seed
+from orchard.seeds import episode_seed
 from orchard.tasks.claw.oracle import TeacherFactory, harness_style
 from orchard.tasks.claw.task import ClawTask
 

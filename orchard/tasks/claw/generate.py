@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from orchard.seeds import seeded_random
 from orchard.tasks.claw.families import FAMILIES, Family
 from orchard.tasks.claw.services import create_app
 from orchard.tasks.claw.services.admin import ADMIN_HEADER
@@ -154,7 +154,7 @@ def _draw(family: Family, split: str, quota: int, seed: int, runner: PlanRunner,
     combos = [params for params in family.PARAMS if family.HELD_OUT(params) == (split == "held_out")]
     if quota and not combos:
         raise ValueError(f"{family.NAME}: no parameter combination for the {split} split")
-    random.Random(f"{family.NAME}|{seed}|{split}").shuffle(combos)
+    seeded_random(seed, "claw-generate", family.NAME, split).shuffle(combos)
     kept: list[ClawTaskSpec] = []
     for draw in range(quota * MAX_DRAWS_PER_TASK):
         if len(kept) == quota:

@@ -23,7 +23,6 @@ episodes that did (:mod:`orchard.tasks.claw.collect`). A turn past the script re
 from __future__ import annotations
 
 import json
-import random
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from orchard.data.trajectory import Message, ToolCall
 from orchard.harness.bash import SUBMIT_SENTINEL
 from orchard.harness.claw import ClawHarness
 from orchard.harness.core import Conversation, Harness, Turn
+from orchard.seeds import seeded_random
 from orchard.tasks.claw.services.tools import tool_by_name
 from orchard.tasks.claw.spec import ClawTaskSpec, PlanStep
 
@@ -133,7 +133,7 @@ def teacher_script(spec: ClawTaskSpec, variant: str, seed: int) -> list[PlanStep
     if variant not in VARIANTS:
         raise ValueError(f"unknown teacher variant {variant!r}: one of {', '.join(VARIANTS)}")
     plan = list(spec.reference_plan)
-    rng = random.Random(f"{spec.id}|{variant}|{seed}")
+    rng = seeded_random(seed, "claw-oracle", spec.id, variant)
     body = len(plan) - 1 if plan[-1].tool == "finish" else len(plan)
     if variant == "wander" and (reads := _read_only(spec)):
         for _ in range(rng.randint(1, 2)):

@@ -30,8 +30,8 @@ from orchard.eval.splits import held_out_ids
 from orchard.harness.browser import screenshots
 from orchard.harness.core import Policy
 from orchard.harness.episode import EpisodeRunner
-from orchard.harness.seeds import episode_seed
 from orchard.harness.task import Task
+from orchard.seeds import episode_seed
 from orchard.tasks.gui.judges import LLMJudge, Verdict
 from orchard.tasks.gui.oracle import VARIANTS, GUIOracle
 
@@ -150,7 +150,8 @@ def gui_splits(keys: Sequence[str], train_seeds: int, held_out_seeds: int, held_
     """Split ``keys`` (MiniWoB pages, site kinds) into training instances (seeds ``0..train_seeds-1``),
     held-out-by-seed instances of the same keys (seeds from :data:`HELD_OUT_SEED_START`), and
     held-out-by-task instances of keys never trained on (a seeded fraction of the keys)."""
-    unseen = held_out_ids(keys, held_out_task_fraction, seed, at_least_one=held_out_task_fraction > 0)
+    unseen = held_out_ids(keys, held_out_task_fraction, seed, purpose="held-out-pages",
+                          at_least_one=held_out_task_fraction > 0)
     seen = [key for key in keys if key not in unseen]
     fresh = range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + held_out_seeds)
     return GUISplits(train=[(key, s) for key in seen for s in range(train_seeds)],

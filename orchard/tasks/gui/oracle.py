@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 from orchard.data.trajectory import Message, ToolCall
 from orchard.harness.chromium import SandboxBrowser, browser_of
 from orchard.harness.core import Conversation, Turn
-from orchard.harness.seeds import derive_seed
+from orchard.seeds import seeded_random
 
 Variant = Literal["clean", "wander", "fail"]
 VARIANTS: tuple[Variant, ...] = ("clean", "wander", "fail")
@@ -80,7 +80,7 @@ class GUIOracle:
         return Turn(Message(role="assistant", content="", reasoning=thought, tool_calls=[call]))
 
     def _plan(self, episode_seed: int) -> dict[str, Any]:
-        rng = random.Random(derive_seed(self.seed, "gui-oracle", episode_seed))
+        rng = seeded_random(self.seed, "gui-oracle", episode_seed)
         detours = set(rng.sample(range(4), rng.randint(1, 3))) if self.variant == "wander" else set()
         return {"rng": rng, "detours": detours, "failed": False, "memory": {}}
 

@@ -48,8 +48,8 @@ from orchard.harness.chromium import (
     browser_of,
     episode_browser,
 )
-from orchard.harness.seeds import derive_seed
 from orchard.harness.task import TaskFamily
+from orchard.seeds import seeded_random
 from orchard.tasks.gui.family import browser_family
 from orchard.tasks.gui.judges import RewardSettings, RuleJudge, gui_outcome
 
@@ -116,7 +116,7 @@ class Shop:
 
     @classmethod
     def generate(cls, seed: int) -> Shop:
-        rng = random.Random(derive_seed("gui-shop", seed))
+        rng = seeded_random(seed, "gui-shop")
         names = rng.sample([f"{a} {t}" for a in ADJECTIVES for t in THINGS], 6)
         prices = rng.sample(range(500, 9900, 25), 6)  # distinct: "the cheaper" always has one answer
         products = tuple((name, name.lower().replace(" ", "-"), price, rng.randrange(0, 40))
@@ -179,7 +179,7 @@ class SiteTask:
         return f"site/{self.kind}"
 
     def _picks(self) -> tuple[tuple[str, str, int, int], tuple[str, str, int, int], tuple[int, str]]:
-        rng = random.Random(derive_seed("gui-intent", self.kind, self.seed))
+        rng = seeded_random(self.seed, "gui-intent", self.kind)
         first, second = rng.sample(self.shop.products, 2)
         return first, second, rng.choice(self.shop.orders)
 

@@ -31,7 +31,7 @@ from orchard.env.client import AsyncSandboxClient
 from orchard.harness.core import Harness, Limits, Policy
 from orchard.harness.episode import EpisodeRunner, SetupCache
 from orchard.harness.policies import OpenAIChatPolicy
-from orchard.harness.seeds import episode_seed
+from orchard.seeds import episode_seed
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.oracle import OracleTeacher, estimator_for
 from orchard.tasks.swe.task import SWETask

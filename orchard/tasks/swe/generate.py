@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchard.seeds import seeded_random
 from orchard.tasks.swe.bugs import (
     KINDS,
     Mutation,
@@ -138,7 +139,7 @@ def generate(source: RepoSource, count: int, out_dir: str, *, seed: int = 0, kin
         raise ValueError(f"count must be at least 1, got {count}")
     report = report if report is not None else GenerationReport()
     report.sources.append(source.name)
-    rng = random.Random(f"{seed}:{source.name}")
+    rng = seeded_random(seed, "swe-generate", source.name)
     instances: list[SWEInstance] = []
     with tempfile.TemporaryDirectory(prefix=f"orchard-swe-{source.name}-") as scratch:
         base = os.path.join(scratch, "repo")

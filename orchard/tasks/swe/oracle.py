@@ -33,6 +33,7 @@ from orchard.data.rise import BugLocationEstimator
 from orchard.data.trajectory import Message, ToolCall
 from orchard.harness.bash import SUBMIT_COMMAND
 from orchard.harness.core import Conversation, Turn
+from orchard.seeds import seeded_random
 from orchard.tasks.swe.diffs import Hunk, parse_patch
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.workspace import REPO_DIR
@@ -116,7 +117,7 @@ class OracleTeacher:
                  brief: bool = False) -> None:
         self.instance, self.style, self.variant, self.brief = instance, style, variant, brief
         self.name = f"oracle-{variant}{'-brief' if brief else ''}"
-        self.plan = self._plan(random.Random(f"{instance.instance_id}:{style}:{variant}:{seed}"))
+        self.plan = self._plan(seeded_random(seed, "swe-oracle", instance.instance_id, style, variant))
 
     def _plan(self, rng: random.Random) -> list[Step]:
         hunks = parse_patch(self.instance.patch)

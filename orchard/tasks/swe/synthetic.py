@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import ast
 import os
-import random
 import sysconfig
 from dataclasses import dataclass
 
 from orchard.data.trajectory import Message, Outcome, ToolCall, Trajectory
+from orchard.seeds import seeded_random
 
 FLIPS = {" < ": " <= ", " > ": " >= ", " <= ": " < ", " >= ": " > ", " == ": " != ", " != ": " == ",
          " + ": " - ", " - ": " + "}
@@ -64,7 +64,7 @@ def make_tasks(count: int, seed: int = 0, root: str | None = None) -> list[BugTa
     """``count`` tasks from the Python files under ``root`` (default: the standard library)."""
     root = root or sysconfig.get_paths()["stdlib"]
     files = sorted(os.path.join(root, name) for name in os.listdir(root) if name.endswith(".py"))
-    rng = random.Random(seed)
+    rng = seeded_random(seed, "synthetic-tasks")
     rng.shuffle(files)
     tasks: list[BugTask] = []
     for path in files:

@@ -98,9 +98,10 @@ def unseen_tests(train: Sequence[SWEInstance], held_out: Sequence[SWEInstance]) 
 def split_task_set(instances: Sequence[SWEInstance], config: TaskSetConfig, seed: int) -> TaskSplit:
     """Held-out helpers, held-out instances, then SFT and RL (see the module docstring); a set too
     small to split is a clear error."""
-    rest, held_out_helpers = split_by_id(instances, config.held_out_helper_fraction, seed + 2, helper_key)
-    train, held_out = split_by_id(rest, config.held_out_fraction, seed, _instance_id)
-    sft, rl = split_by_id(train, config.rl_fraction, seed + 1, _instance_id)
+    rest, held_out_helpers = split_by_id(instances, config.held_out_helper_fraction, seed, helper_key,
+                                         purpose="held-out-helpers")
+    train, held_out = split_by_id(rest, config.held_out_fraction, seed, _instance_id, purpose="held-out")
+    sft, rl = split_by_id(train, config.rl_fraction, seed, _instance_id, purpose="rl-prompts")
     if not sft or (config.rl_fraction and not rl):
         raise ValueError(f"{len(train)} training tasks do not split into SFT and RL tasks: add tasks or lower "
                          "tasks.held_out_helper_fraction, tasks.held_out_fraction and tasks.rl_fraction")

@@ -58,7 +58,7 @@ def test_no_held_out_helpers_leave_the_by_instance_split_as_it_was():
     instances = bugs(40, helpers=13)
     split = split_task_set(instances, TaskSetConfig(held_out_helper_fraction=0.0, held_out_fraction=0.25), seed=1)
     assert split.held_out_helpers == []
-    assert split.held_out == split_by_id(instances, 0.25, 1, lambda i: i.instance_id)[1]
+    assert split.held_out == split_by_id(instances, 0.25, 1, lambda i: i.instance_id, purpose="held-out")[1]
 
 
 def test_an_instance_without_its_function_is_keyed_by_its_failing_test():

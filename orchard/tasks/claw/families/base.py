@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
+from orchard.seeds import seeded_random
 from orchard.tasks.claw.services.tools import TOOLS
 from orchard.tasks.claw.spec import ClawTaskSpec, ClawTest, Environment, PlanStep
 
@@ -100,7 +101,7 @@ def grid(**axes: tuple[Any, ...]) -> list[dict[str, Any]]:
 
 def rng_for(name: str, params: dict[str, Any], seed: int) -> random.Random:
     """The one random generator of a task: a function of its family, parameters and seed."""
-    return random.Random(f"{name}|{seed}|{json.dumps(params, sort_keys=True)}")
+    return seeded_random(seed, "claw-task", name, json.dumps(params, sort_keys=True))
 
 
 # ---------------------------------------------------------------------------------------------- people
