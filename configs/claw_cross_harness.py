@@ -27,7 +27,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.tasks.rl_fraction = 0.0  # no RL: every training task is the teacher's
     # Harness C's prompt (smolagents' system prompt) must fit the policy's positions; rows stay at sft.seq_len.
     config.model.init.max_position_embeddings = 16384
-    config.cross = ConfigDict({"arms": ("claw", "claw-shell", "both"), "third_party_steps": 8,
+    config.cross = ConfigDict({"arms": ("claw", "claw-shell", "both"), "third_party_max_turns": 8,
                                "third_party_concurrency": 4, "third_party_wall_clock_s": 300.0})
     if variant == "tiny":
         pass
@@ -36,7 +36,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.teacher.update({"samples": 1, "variants": ("clean",)})
         config.sft.update({"num_steps": 4, "log_every": 2, "eval_every": 4, "checkpoint_every": 4, "batch_size": 1})
         config.rl.rollout.update({"max_new_tokens": 16, "max_turns": 2})
-        config.cross.update({"arms": ("claw", "both"), "third_party_steps": 1, "third_party_wall_clock_s": 120.0})
+        config.cross.update({"arms": ("claw", "both"), "third_party_max_turns": 1, "third_party_wall_clock_s": 120.0})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny or small")
     return config

@@ -75,8 +75,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.optim = ConfigDict({"peak_lr": 3e-4, "final_lr": 3e-4, "warmup_steps": 1, "weight_decay": 0.0,
                                   "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
     config.rl.sampler = ConfigDict({"name": "fixed", "group_size": 4})
-    config.rl.curriculum = ConfigDict({"stages": ({"max_steps": 2, "min_steps": 2, "max_steps_in_stage": 4},
-                                                  {"max_steps": 4}), "window": 2, "tolerance": 0.02})
+    config.rl.curriculum = ConfigDict({"stages": ({"max_turns": 2, "min_steps": 2, "max_steps_in_stage": 4},
+                                                  {"max_turns": 4}), "window": 2, "tolerance": 0.02})
     config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY"})
     config.rl.rollout = ConfigDict({"max_new_tokens": 80, "temperature": 1.0, "max_turns": 4, "max_context": 2600,
                                     "episode_seconds": 120.0, "concurrency": 2})
@@ -95,7 +95,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.sft.update({"num_steps": 4, "log_every": 2, "eval_every": 4, "checkpoint_every": 4})
         config.rl.update({"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 2, "rows": 16, "eval_every": 1})
         config.rl.sampler.group_size = 2
-        config.rl.curriculum.stages = ({"max_steps": 1, "min_steps": 1, "max_steps_in_stage": 1}, {"max_steps": 2})
+        config.rl.curriculum.stages = ({"max_turns": 1, "min_steps": 1, "max_steps_in_stage": 1}, {"max_turns": 2})
         config.rl.rollout.update({"max_new_tokens": 24, "max_turns": 2})
         config.eval.samples = 1
     elif variant == "qwen3vl_4b":
@@ -117,7 +117,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.rl.optim.update({"peak_lr": 1e-6, "final_lr": 1e-6, "frozen": ("model.visual",),
                                 "master_dtype": "float32"})
         config.rl.sampler.update({"group_size": 8})
-        config.rl.curriculum.update({"stages": ({"max_steps": 15, "min_steps": 20}, {"max_steps": 30}), "window": 10})
+        config.rl.curriculum.update({"stages": ({"max_turns": 15, "min_steps": 20}, {"max_turns": 30}), "window": 10})
         config.rl.engine.update({"kind": "vllm", "url": "http://vllm.orchard.svc:8000/v1",
                                  "served_model": "qwen3-vl-4b", "weights_dir": "/weights/policy"})
         config.rl.rollout.update({"max_new_tokens": 2048, "max_turns": 30, "max_context": 65536 - 64,

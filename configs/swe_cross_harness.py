@@ -34,7 +34,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.rollout.max_context = 4096
     config.rl.seq_len = 4160
     config.cross = ConfigDict({"arms": ("bash", "codeact", "both"), "passes": ("greedy", "sampled"),
-                               "third_party_passes": ("greedy",), "third_party_steps": 4,
+                               "third_party_passes": ("greedy",), "third_party_max_turns": 4,
                                "third_party_concurrency": 4, "third_party_wall_clock_s": 300.0})
     if variant == "tiny":
         pass
@@ -43,7 +43,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.teacher.update({"samples": 1, "variants": ("clean",)})
         config.sft.update({"num_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2})
         config.rl.rollout.update({"max_turns": 2, "max_new_tokens": 32})
-        config.cross.update({"passes": ("greedy",), "third_party_steps": 1, "third_party_wall_clock_s": 120.0})
+        config.cross.update({"passes": ("greedy",), "third_party_max_turns": 1, "third_party_wall_clock_s": 120.0})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny or small")
     return config

@@ -68,7 +68,7 @@ async def throughput(levels: list[int], per_level: int, tasks: int) -> list[dict
                 tasks_ = swe_tasks(instances)
                 for level in levels:
                     runner = EpisodeRunner(client, BashHarness(), OraclePolicy(instances), concurrency=level,
-                                           limits=Limits(max_steps=8), episode_seconds=600)
+                                           limits=Limits(max_turns=8), episode_seconds=600)
                     workers = RolloutWorkers(runner, seed=0)
                     count = per_level * level
                     bar = tqdm(total=count, desc=f"{level} sandboxes", unit="rollout")

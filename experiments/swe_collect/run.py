@@ -23,7 +23,7 @@ from orchard.data.trajectory import TrajectoryWriter
 from orchard.env import AsyncSandboxClient, local_server
 from orchard.harness.bash import BashHarness
 from orchard.harness.codeact import CodeActHarness
-from orchard.harness.core import Limits
+from orchard.harness.core import DEFAULT_MAX_TURNS, Limits
 from orchard.harness.policies import OpenAIChatPolicy
 from orchard.tasks.swe.collect import collect
 from orchard.tasks.swe.instance import load_instances
@@ -44,7 +44,7 @@ flags.DEFINE_string("api_key", "EMPTY", "the teacher's API key")
 flags.DEFINE_string("env", None, "an orchestrator URL (default: start a local one)")
 flags.DEFINE_string("env_key", None, "the orchestrator's API key")
 flags.DEFINE_integer("concurrency", 4, "sandboxes at once", lower_bound=1)
-flags.DEFINE_integer("max_steps", 30, "steps per trajectory", lower_bound=1)
+flags.DEFINE_integer("max_turns", DEFAULT_MAX_TURNS, "policy turns per trajectory", lower_bound=1)
 flags.DEFINE_integer("max_tokens", None, "context budget per trajectory (the filter)", lower_bound=1)
 flags.DEFINE_string("out", "runs/swe_collect", "where trajectories.jsonl and summary.json go")
 FLAGS = flags.FLAGS
@@ -63,7 +63,7 @@ async def run(base_url: str, key: str) -> dict:
     client = AsyncSandboxClient(base_url, api_key=key)
     try:
         report = await collect(client, swe_tasks(load_instances(FLAGS.tasks)), chosen, make_teacher(), FLAGS.samples,
-                               limits=Limits(max_steps=FLAGS.max_steps, max_tokens=FLAGS.max_tokens),
+                               limits=Limits(max_turns=FLAGS.max_turns, max_tokens=FLAGS.max_tokens),
                                concurrency=FLAGS.concurrency)
     finally:
         await client.aclose()

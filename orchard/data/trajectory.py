@@ -54,7 +54,7 @@ class EndReason(StrEnum):
     """Why a run ended; each reason implies the run's :data:`Status`."""
 
     SUBMITTED = "submitted"  # the harness saw a submission
-    STEP_LIMIT = "step_limit"  # max_steps turns without a submission
+    STEP_LIMIT = "step_limit"  # max_turns turns without a submission
     TOKEN_LIMIT = "token_limit"  # the conversation reached the context budget
     FORMAT_ERRORS = "format_errors"  # max_format_errors consecutive turns the harness could not parse
     TIME_LIMIT = "time_limit"  # the wall clock ran out

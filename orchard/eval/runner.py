@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from orchard.data.trajectory import EndReason, Trajectory
 from orchard.env.client import AsyncSandboxClient
 from orchard.eval.metrics import avg_at_k, mean_pass_at_k, mean_pass_hat_k, resolve_rate, task_rates
-from orchard.harness.core import Harness, Limits, Policy
+from orchard.harness.core import DEFAULT_MAX_TURNS, Harness, Limits, Policy
 from orchard.harness.episode import EpisodeRunner, SandboxPool, SetupCache
 from orchard.harness.task import Task
 from orchard.rollout.types import SamplingParams
@@ -36,14 +36,14 @@ class RolloutConfig:
 
     max_new_tokens: int = 256  # per turn
     temperature: float = 1.0
-    max_turns: int = 30
+    max_turns: int = DEFAULT_MAX_TURNS
     max_context: int = 8192  # prompt + completion of a turn
     episode_seconds: float = 600.0  # the agent loop's wall clock; the whole episode gets twice that
     concurrency: int = 4  # sandboxes at once
 
     @property
     def limits(self) -> Limits:
-        return Limits(max_steps=self.max_turns, max_tokens=self.max_context, time_limit=self.episode_seconds)
+        return Limits(max_turns=self.max_turns, max_tokens=self.max_context, time_limit=self.episode_seconds)
 
     def sampling(self, seed: int, temperature: float | None = None) -> SamplingParams:
         return SamplingParams(max_tokens=self.max_new_tokens,

@@ -7,7 +7,7 @@
     policy = EnginePolicy(engine, Qwen3Format(tokenizer), SamplingParams(max_tokens=2048, temperature=0.7))
     task = FunctionTask("fix-1", "Fix the failing test.", setup_fn=make_repo)   # or any Task: SWE, GUI, Claw
     async with orchestrator.async_client() as client:
-        trajectory = await run_episode(client, BashHarness(), policy, task, limits=Limits(max_steps=50))
+        trajectory = await run_episode(client, BashHarness(), policy, task, limits=Limits(max_turns=50))
     trajectory.outcome.status, trajectory.metadata["submission"]
 
 ``core`` (the loop, limits, the Policy and Harness protocols), ``task`` (the Task protocol),

@@ -38,14 +38,14 @@ from orchard.env.client import AsyncSandbox
 from orchard.harness.adapters.external import ExternalHarness
 from orchard.harness.adapters.smolagents_agent import smolagents_harness
 from orchard.harness.bash import SUBMIT_SENTINEL, BashHarness
-from orchard.harness.core import FormatError, Limits, Observation, Policy, Turn, run_agent
+from orchard.harness.core import DEFAULT_MAX_TURNS, FormatError, Limits, Observation, Policy, Turn, run_agent
 from orchard.harness.tools import check_arguments, checked_calls, reject_calls
 
 TOOLS_PATH = "/etc/orchard/claw/tools.json"
 ROUTE_KEY = "x-orchard-route"
 FINISH = "finish"
 MAX_ANSWER_CHARS = 8000
-DEFAULT_LIMITS = Limits(max_steps=10_000, time_limit=600.0, max_format_errors=5)
+DEFAULT_LIMITS = Limits(max_turns=10_000, time_limit=600.0, max_format_errors=5)
 
 SYSTEM_PROMPT = """You are a personal assistant working for the user through tools: mail, calendar, contacts, \
 to-do lists, notifications and documents, as this task provides them.
@@ -198,13 +198,13 @@ retry or work around it. Never do what the user did not ask for. When the task i
 `finish --answer "..."` with a short answer for the user, then end."""
 
 
-def claw_smolagents_harness(max_steps: int = 8, wall_clock_s: float = 600.0,
+def claw_smolagents_harness(max_turns: int = DEFAULT_MAX_TURNS, wall_clock_s: float = 600.0,
                             max_tokens: int | None = None) -> ExternalHarness:
     """A harness Orchard does not control on Claw tasks: smolagents' ``CodeAgent`` in its own process
     (:mod:`~orchard.harness.adapters.smolagents_agent`), its ``bash`` tool reaching the services through
     the tasks' command-line tools, told so by :data:`EXTERNAL_TASK_TEMPLATE`. It submits nothing: the
     grading reads the services' state, as for every Claw harness."""
-    return smolagents_harness(max_steps, wall_clock_s=wall_clock_s, max_tokens=max_tokens,
+    return smolagents_harness(max_turns, wall_clock_s=wall_clock_s, max_tokens=max_tokens,
                               task_template=EXTERNAL_TASK_TEMPLATE)
 
 

@@ -12,7 +12,7 @@ ended (``reward``/``resolved`` are left for a grader):
 
 ============  =====================================================================================
 completed     the harness saw a submission (``metadata["submission"]`` holds it)
-truncated     the policy ran into a limit: ``max_steps`` turns without a submission, the conversation
+truncated     the policy ran into a limit: ``max_turns`` turns without a submission, the conversation
               reached ``max_tokens``, or ``max_format_errors`` consecutive format errors
 aborted       the policy (engine, server) or the sandbox raised (``metadata["error"]`` says what)
 timed_out     the wall clock (``time_limit``) ran out; a command still running is cancelled, which
@@ -60,25 +60,26 @@ from typing import Any, Protocol
 from orchard.data.trajectory import EndReason, Message, Outcome, ToolCall, Trajectory
 from orchard.env.client import AsyncSandbox, OrchardError
 
+DEFAULT_MAX_TURNS = 30  # the turn cap wherever a config leaves it open: the one default of `max_turns`
 
 @dataclass(frozen=True)
 class Limits:
     """When a run stops if the task is not submitted first.
 
-    ``max_steps`` counts policy turns (format errors included); ``max_tokens`` is the context
+    ``max_turns`` counts policy turns (format errors included); ``max_tokens`` is the context
     budget (prompt plus completion of a turn; ``None``: unlimited); ``time_limit`` is wall-clock
     seconds for the loop (``None``: unlimited); ``max_format_errors`` consecutive format errors
     abort the run.
     """
 
-    max_steps: int = 100
+    max_turns: int = DEFAULT_MAX_TURNS
     max_tokens: int | None = None
     time_limit: float | None = None
     max_format_errors: int = 3
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            raise ValueError(f"max_steps must be at least 1, got {self.max_steps}")
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be positive or None, got {self.max_tokens}")
         if self.time_limit is not None and not self.time_limit > 0:
@@ -262,7 +263,7 @@ async def _loop(harness: Harness, policy: Policy, sandbox: AsyncSandbox, convers
         finally:
             run.env_s += time.monotonic() - clock
     while True:
-        if run.steps >= limits.max_steps:
+        if run.steps >= limits.max_turns:
             return run.end(EndReason.STEP_LIMIT)
         clock = time.monotonic()
         try:

@@ -38,6 +38,7 @@ from ml_collections import ConfigDict
 
 from orchard.config import from_config
 from orchard.harness.claw import claw_smolagents_harness
+from orchard.harness.core import DEFAULT_MAX_TURNS
 from orchard.recipes.claw import CLAW, make_harness
 from orchard.recipes.cross_harness import matrix_summary, run_arms
 from orchard.workdir import write_json
@@ -49,7 +50,7 @@ HARNESS_PAIR = ("claw", "claw-shell")  # A and B: the harnesses the teacher runs
 @dataclass(frozen=True)
 class ClawCrossConfig:
     arms: tuple[str, ...] = ("claw", "claw-shell", "both")
-    third_party_steps: int = 8  # smolagents' max_steps
+    third_party_max_turns: int = DEFAULT_MAX_TURNS  # smolagents' max_steps
     third_party_concurrency: int = 4
     third_party_wall_clock_s: float = 300.0
 
@@ -59,7 +60,7 @@ async def run_claw_cross_harness(config: ConfigDict, workdir: str, *, rerun: boo
     cross = from_config(ClawCrossConfig, config.cross.to_dict(), "cross")
     if tuple(config.teacher.harnesses) != HARNESS_PAIR:
         raise ValueError(f"teacher.harnesses must be {HARNESS_PAIR}: the arms are drawn from both")
-    third_party = claw_smolagents_harness(cross.third_party_steps, cross.third_party_wall_clock_s)
+    third_party = claw_smolagents_harness(cross.third_party_max_turns, cross.third_party_wall_clock_s)
     matrix, ready = await run_arms(CLAW, config, workdir, rerun, cross, {name: make_harness(name) for name in HARNESS_PAIR},
                                    third_party, ("sampled",), ("sampled",))
     summary = {**matrix_summary(matrix, HARNESS_PAIR), "tasks": ready.split.counts(), "teacher": ready.teaching.summary}

@@ -47,7 +47,7 @@ from orchard.harness.adapters.external import ExternalHarness, ExternalRunner
 from orchard.harness.adapters.smolagents_agent import smolagents_harness
 from orchard.harness.bash import BashHarness
 from orchard.harness.codeact import CodeActHarness
-from orchard.harness.core import Harness
+from orchard.harness.core import DEFAULT_MAX_TURNS, Harness
 from orchard.harness.episode import SetupCache
 from orchard.recipes.family import Family
 from orchard.recipes.runner import Prepared, evaluation_stage, open_run, prepare
@@ -69,7 +69,7 @@ class CrossHarnessConfig:
     arms: tuple[str, ...] = ("bash", "codeact", "both")
     passes: tuple[str, ...] = ("greedy", "sampled")  # in harnesses A and B
     third_party_passes: tuple[str, ...] = ("greedy",)  # in harness C
-    third_party_steps: int = 4  # smolagents' max_steps
+    third_party_max_turns: int = DEFAULT_MAX_TURNS  # smolagents' max_steps
     third_party_concurrency: int = 4
     third_party_wall_clock_s: float = 300.0
 
@@ -179,7 +179,7 @@ async def run_cross_harness(config: ConfigDict, workdir: str, *, rerun: bool = F
     """The teacher in A and B, the three SFT arms, and every arm evaluated in A, B and C (see the module docstring)."""
     cross = from_config(CrossHarnessConfig, config.cross.to_dict(), "cross")
     pair: dict[str, Harness] = {"bash": BashHarness(), "codeact": CodeActHarness()}
-    third_party = smolagents_harness(cross.third_party_steps, submission_patch, cross.third_party_wall_clock_s,
+    third_party = smolagents_harness(cross.third_party_max_turns, submission_patch, cross.third_party_wall_clock_s,
                                      cwd=REPO_DIR)
     matrix, _ = await run_arms(SWEFamily(teacher_harnesses=tuple(pair.values())), config, workdir, rerun, cross, pair,
                                third_party, cross.passes, cross.third_party_passes)

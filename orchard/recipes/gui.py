@@ -47,7 +47,7 @@ from orchard.data.vision_rows import ImageTable
 from orchard.eval.runner import Evaluation
 from orchard.harness.browser import SYSTEM_PROMPT, TOOLS, BrowserHarness
 from orchard.harness.chromium import BrowserSettings
-from orchard.harness.core import Harness, Limits
+from orchard.harness.core import DEFAULT_MAX_TURNS, Harness, Limits
 from orchard.harness.episode import EpisodeRunner, SandboxPool
 from orchard.models.build import build_model
 from orchard.models.transformer import Transformer
@@ -83,7 +83,7 @@ class GUITasksConfig:
 class GUITeacherConfig:
     samples: int = 1  # oracle episodes per SFT instance (clean, wander, fail in turn)
     cap_per_site: int = 20  # the paper's K
-    max_turns: int = 8
+    max_turns: int = DEFAULT_MAX_TURNS
     concurrency: int = 2
 
 
@@ -180,7 +180,7 @@ async def teacher_stage(ctx: Context, split: Split) -> Teaching:
         return Teaching(list(read_trajectories(path)), stage.summary(), stage.fingerprint)
     teacher = config.teacher
     runner = EpisodeRunner(ctx.client, harness(ctx), concurrency=teacher.concurrency,
-                           limits=Limits(max_steps=teacher.max_turns), pool=ctx.pool)
+                           limits=Limits(max_turns=teacher.max_turns), pool=ctx.pool)
     collection = await collect(runner, split.sft, samples=teacher.samples, cap_per_site=teacher.cap_per_site,
                                run_seed=config.seed)
     save_trajectories(path, collection.kept)
@@ -265,8 +265,8 @@ class GUIFamily(Family):
             problems.append("rl.rows_per must be 'turn' when prompts show only the latest screenshots (context_images)")
         if config.sft.images_per_row < 1 or rl.images_per_row < 1:
             problems.append("sft.images_per_row and rl.images_per_row must be at least 1")
-        if rl.curriculum.stages and rl.curriculum.stages[-1].max_steps > rl.rollout.max_turns:
-            problems.append(f"rl.curriculum: its last stage allows {rl.curriculum.stages[-1].max_steps} steps, more "
+        if rl.curriculum.stages and rl.curriculum.stages[-1].max_turns > rl.rollout.max_turns:
+            problems.append(f"rl.curriculum: its last stage allows {rl.curriculum.stages[-1].max_turns} steps, more "
                             f"than rl.rollout.max_turns ({rl.rollout.max_turns})")
         return problems
 

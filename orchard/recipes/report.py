@@ -84,9 +84,9 @@ def plot_curves(result: RecipeResult, path: str, measure: str = "resolve_rate") 
     for name, style in (("reward", "s-"), ("resolve_rate", "o-"), ("informative_groups", "--")):
         if steps and name in result.rl_metrics[steps[0]]:
             curves.plot(steps, [result.rl_metrics[s][name] for s in steps], style, label=name.replace("_", " "))
-    if steps and "max_steps" in result.rl_metrics[steps[0]]:
+    if steps and "max_turns" in result.rl_metrics[steps[0]]:
         cap = curves.twinx()
-        cap.step(steps, [result.rl_metrics[s]["max_steps"] for s in steps], where="post", color="grey", alpha=0.6)
+        cap.step(steps, [result.rl_metrics[s]["max_turns"] for s in steps], where="post", color="grey", alpha=0.6)
         cap.set_ylabel("episode step cap (curriculum)")
     curves.set_xlabel("RL step")
     curves.set_ylim(-1.05, 1.05)

@@ -105,7 +105,7 @@ async def teacher_stage(ctx: Context, split: Split, harnesses: Sequence[Harness]
         return Teaching(list(read_trajectories(path)), stage.summary(), stage.fingerprint)
     teacher = config.teacher
     report = await collect(ctx.client, split.sft, list(harnesses), teacher.teacher(), teacher.samples,
-                           limits=Limits(max_steps=teacher.max_turns), concurrency=teacher.concurrency,
+                           limits=Limits(max_turns=teacher.max_turns), concurrency=teacher.concurrency,
                            seed=config.seed, setups=ctx.setups)
     if report.errors:
         log.warning("%d teacher episodes failed: %s", len(report.errors), report.errors[:3])

@@ -1,7 +1,7 @@
 """The step-budget curriculum: the cap on an episode's steps rises from one stage to the next.
 
 The paper's GUI RL trains with a 15-step cap until the reward saturates, then raises the cap to 30
-(section 3.4). A :class:`StepBudgetCurriculum` holds the stages (each a ``max_steps`` and how long
+(section 3.4). A :class:`StepBudgetCurriculum` holds the stages (each a ``max_turns`` and how long
 it lasts) and is told each RL step's mean reward; it moves to the next stage when the current one
 has run ``min_steps`` and the reward has **saturated** (the mean over the last ``window`` steps
 gained less than ``tolerance`` on the mean of the ``window`` before), or when the stage reached its
@@ -22,10 +22,10 @@ from orchard.harness.core import Limits
 
 @dataclass(frozen=True)
 class Stage:
-    """``max_steps``: the episode cap of this stage; the stage lasts at least ``min_steps`` RL steps
+    """``max_turns``: the episode cap of this stage; the stage lasts at least ``min_steps`` RL steps
     and at most ``max_steps_in_stage`` (``None``: until saturation; the last stage never ends)."""
 
-    max_steps: int
+    max_turns: int
     min_steps: int = 1
     max_steps_in_stage: int | None = None
 
@@ -53,7 +53,7 @@ class StepBudgetCurriculum:
     def __post_init__(self) -> None:
         if not self.stages:
             raise ValueError("a curriculum needs at least one stage")
-        caps = [stage.max_steps for stage in self.stages]
+        caps = [stage.max_turns for stage in self.stages]
         if any(b <= a for a, b in itertools.pairwise(caps)):
             raise ValueError(f"each stage must allow more steps than the one before, got {caps}")
         if self.window < 1:
@@ -65,7 +65,7 @@ class StepBudgetCurriculum:
 
     def limits(self, base: Limits) -> Limits:
         """``base`` with the current stage's step cap."""
-        return dataclasses.replace(base, max_steps=self.current.max_steps)
+        return dataclasses.replace(base, max_turns=self.current.max_turns)
 
     def saturated(self) -> bool:
         """The mean reward of the last ``window`` steps gained less than ``tolerance`` on the window before."""

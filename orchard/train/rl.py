@@ -534,7 +534,7 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
                     last = result.metrics
                     spent = int(last["rollouts_total"])
                     if curriculum is not None:
-                        last.update(max_steps=float(runner.limits.max_steps), curriculum_stage=float(curriculum.stage))
+                        last.update(max_turns=float(runner.limits.max_turns), curriculum_stage=float(curriculum.stage))
                         curriculum.observe(last["reward"])
                         curriculum_states[str(step + 1)] = curriculum.state_dict()
                         write_json(curriculum_path, curriculum_states)

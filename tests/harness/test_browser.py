@@ -185,7 +185,7 @@ def test_a_qwen3_policy_solves_a_site_task_and_images_are_kept_by_hash(shop, tok
     policy = EnginePolicy(engine, fmt, SamplingParams(max_tokens=200), view=latest_images(1 if vision else 0),
                           images=store if vision else None)
     harness = BrowserHarness(images=store)
-    trajectory = sb.run_async(lambda box: run_agent(harness, policy, box, task.prompt, limits=Limits(max_steps=5)))
+    trajectory = sb.run_async(lambda box: run_agent(harness, policy, box, task.prompt, limits=Limits(max_turns=5)))
     assert trajectory.metadata["end_reason"] == "submitted" and trajectory.metadata["submission"] == task.answer
     assert sb.run_async(task.grade, trajectory).reward == 1.0
     assert trajectory.messages[2].images and trajectory.messages[0].role == "system"  # the first screenshot
@@ -230,7 +230,7 @@ class _KillingPolicy:
 async def test_a_browser_that_dies_or_hangs_mid_episode_is_a_dropped_rollout(aclient, sig):
     require_root()
     task = SiteTask("price", 0, browser=BrowserSettings(viewport=(480, 360), call_timeout=4.0))
-    trajectory = await run_episode(aclient, BrowserHarness(), _KillingPolicy(sig), task, limits=Limits(max_steps=4))
+    trajectory = await run_episode(aclient, BrowserHarness(), _KillingPolicy(sig), task, limits=Limits(max_turns=4))
     assert trajectory.outcome.status == "aborted" and trajectory.outcome.reward is None
     assert trajectory.metadata["end_reason"] == "sandbox_error"
     assert "BrowserError" in trajectory.metadata["error"]
@@ -256,7 +256,7 @@ async def test_a_browser_out_of_memory_is_a_dropped_rollout(aclient):
     family = TaskFamily("hog", sandbox={"memory": "600Mi", "pids": 1024, "network": "none"})
     task = FunctionTask("hog", "Press the button.", setup, family=family)
     policy = _Clicks()
-    trajectory = await run_episode(aclient, BrowserHarness(), policy, task, limits=Limits(max_steps=3))
+    trajectory = await run_episode(aclient, BrowserHarness(), policy, task, limits=Limits(max_turns=3))
     assert (trajectory.outcome.status, trajectory.outcome.reward) == ("aborted", None)
     assert "renderer crashed during click" in trajectory.metadata["error"]
 

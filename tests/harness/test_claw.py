@@ -47,7 +47,7 @@ def test_the_shell_style_tells_the_model_how_to_finish():
 
 
 def test_the_third_party_harness_is_told_about_the_command_line_tools():
-    harness = claw_smolagents_harness(max_steps=3, wall_clock_s=30.0)
+    harness = claw_smolagents_harness(max_turns=3, wall_clock_s=30.0)
     text = harness.task_text("Tidy my inbox.")
     assert text.startswith("You are a personal assistant") and "Tidy my inbox." in text and "claw-tools" in text
     assert harness.name == "smolagents" and "3" in harness.command and harness.wall_clock_s == 30.0

@@ -61,7 +61,7 @@ async def test_the_step_limit_truncates_and_a_grade_keeps_the_status(aclient, to
         return Outcome(reward=0.5, resolved=False, status="completed")
 
     trajectory = await run_episode(aclient, BashHarness(), EnginePolicy(engine, chat_format),
-                                   FunctionTask("echo", "Echo.", mkrepo, grade), limits=Limits(max_steps=3))
+                                   FunctionTask("echo", "Echo.", mkrepo, grade), limits=Limits(max_turns=3))
     assert trajectory.outcome == Outcome(reward=0.5, resolved=False, status="truncated")
     assert trajectory.metadata["end_reason"] == "step_limit" and trajectory.metadata["steps"] == 3
     assert len(engine.replies) == 1 and trajectory.messages[-1].role == "user"  # the third action ran
@@ -174,7 +174,7 @@ async def test_bad_input_is_refused(box, tokenizer, chat_format):
     policy = EnginePolicy(ScriptedEngine(tokenizer, []), chat_format)
     with pytest.raises(ValueError, match="non-empty"):
         await run_agent(BashHarness(), policy, box, "  ")
-    for bad in [{"max_steps": 0}, {"max_tokens": 0}, {"time_limit": 0}, {"max_format_errors": 0}]:
+    for bad in [{"max_turns": 0}, {"max_tokens": 0}, {"time_limit": 0}, {"max_format_errors": 0}]:
         with pytest.raises(ValueError, match=next(iter(bad))):
             Limits(**bad)
 
@@ -184,7 +184,7 @@ async def test_the_conversation_is_rendered_once_per_turn(box, tokenizer, chat_f
     same prompts, and a conversation that shrank (another episode reusing the state) is re-rendered."""
     engine = ScriptedEngine(tokenizer, [ECHO, ECHO, ECHO])
     policy = EnginePolicy(engine, chat_format)
-    trajectory = await run_agent(BashHarness(), policy, box, "Echo.", limits=Limits(max_steps=2))
+    trajectory = await run_agent(BashHarness(), policy, box, "Echo.", limits=Limits(max_turns=2))
     assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "user", "assistant", "user"]
     from orchard.harness import Conversation
 

@@ -32,7 +32,7 @@ def test_the_check_names_each_problem():
     config.chat.format = "qwen3"
     config.rl.rows_per = "trajectory"
     config.rl.seq_len = 1024
-    config.rl.curriculum.stages = ({"max_steps": 2}, {"max_steps": 9})
+    config.rl.curriculum.stages = ({"max_turns": 2}, {"max_turns": 9})
     config.tasks.pages = ("click-test", "no-such-page")
     problems = "\n".join(GUI.check_config(config))
     for expected in ("has no image tokens", "rows_per must be 'turn'", "rl.seq_len (1024)", "allows 9 steps",
@@ -80,7 +80,7 @@ def test_the_gui_recipe_end_to_end_in_both_arms_of_the_rl_init_ablation(orchestr
                 *(eval_directory(os.path.join(workdir, name), held_out, "browser", stage, "sampled")
                   for stage in (start, "rl")))
         # The step-budget curriculum: 1 step per episode in RL's first step, then 2; the same budget in both arms.
-        assert [arm.rl_metrics[step]["max_steps"] for step in (1, 2)] == [1.0, 2.0]
+        assert [arm.rl_metrics[step]["max_turns"] for step in (1, 2)] == [1.0, 2.0]
         # Greedy held-out success midway (rl.eval_every = 1 of 2 steps): the curve's start, middle and end.
         for held_out in ("held_out_seed", "held_out_task"):
             assert 0.0 <= arm.rl_metrics[1][f"held_out_success/{held_out}"] <= 1.0

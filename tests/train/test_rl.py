@@ -86,9 +86,9 @@ def minicalc(tmp_path_factory):
     return swe_tasks(instances)
 
 
-def _workers(client, policy, concurrency: int, max_steps: int = 2, **options) -> RolloutWorkers:
+def _workers(client, policy, concurrency: int, max_turns: int = 2, **options) -> RolloutWorkers:
     return RolloutWorkers(EpisodeRunner(client, BashHarness(), policy, concurrency=concurrency,
-                                        limits=Limits(max_steps=max_steps), **options), seed=0)
+                                        limits=Limits(max_turns=max_turns), **options), seed=0)
 
 
 @pytest.mark.slow
@@ -165,7 +165,7 @@ def test_an_rl_step_with_reward_variance_changes_the_parameters_and_syncs_them(o
 
     async def run():
         async with orchestrator.async_client() as client:
-            return await rl_step(1, state, learner, _workers(client, policy, 2, max_steps=1), FirstResolves(2),
+            return await rl_step(1, state, learner, _workers(client, policy, 2, max_turns=1), FirstResolves(2),
                                  minicalc[:1])
 
     new_state, step = asyncio.run(run())
@@ -209,9 +209,9 @@ def test_rollouts_broken_outside_the_policy_or_out_of_time_are_dropped(orchestra
             async def hang():
                 await asyncio.sleep(30)
 
-            runners = [EpisodeRunner(client, BashHarness(), _Scripted(kill_my_sandbox), limits=Limits(max_steps=3)),
-                       EpisodeRunner(client, BashHarness(), _Scripted(hang), limits=Limits(max_steps=3, time_limit=1.0)),
-                       EpisodeRunner(client, BashHarness(), _Scripted(hang), limits=Limits(max_steps=3),
+            runners = [EpisodeRunner(client, BashHarness(), _Scripted(kill_my_sandbox), limits=Limits(max_turns=3)),
+                       EpisodeRunner(client, BashHarness(), _Scripted(hang), limits=Limits(max_turns=3, time_limit=1.0)),
+                       EpisodeRunner(client, BashHarness(), _Scripted(hang), limits=Limits(max_turns=3),
                                      episode_seconds=3.0)]
             results = [await RolloutWorkers(runner).rollouts(task, 0, 0, 1) for runner in runners]
             return results, {info.id for info in await client.list()} - before
@@ -333,7 +333,7 @@ def test_the_config_names_the_rollout_engine(smollm2_tokenizer):
 
 def test_rollout_config_builds_the_limits_and_sampling_rl_and_evaluation_share():
     rollout = RolloutConfig(max_new_tokens=32, temperature=0.7, max_turns=4, max_context=900, episode_seconds=60.0)
-    assert rollout.limits == Limits(max_steps=4, max_tokens=900, time_limit=60.0)
+    assert rollout.limits == Limits(max_turns=4, max_tokens=900, time_limit=60.0)
     assert rollout.sampling(seed=3) == SamplingParams(max_tokens=32, temperature=0.7, seed=3)
     assert rollout.sampling(seed=3, temperature=0.0).temperature == 0.0
 

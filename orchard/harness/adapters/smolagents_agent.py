@@ -30,19 +30,20 @@ from collections.abc import Awaitable, Callable
 
 from orchard.env.client import AsyncSandbox, Sandbox
 from orchard.harness.adapters.external import ExternalHarness
+from orchard.harness.core import DEFAULT_MAX_TURNS
 
 HARNESS = "smolagents"
 COMMAND_TIMEOUT_S = 60
 OUTPUT_CHARS = 8000  # of a command's output shown to the model (its head and tail)
 
 
-def smolagents_harness(max_steps: int = 8, submission: Callable[[AsyncSandbox], Awaitable[str]] | None = None,
+def smolagents_harness(max_turns: int = DEFAULT_MAX_TURNS, submission: Callable[[AsyncSandbox], Awaitable[str]] | None = None,
                        wall_clock_s: float = 600.0, max_tokens: int | None = None, cwd: str | None = None,
                        task_template: str = "{task}") -> ExternalHarness:
     """smolagents' ``CodeAgent`` run by :mod:`orchard.harness.adapters.external`; its ``bash`` runs in
     ``cwd`` (default: the sandbox's workdir); its task is ``task_template`` around the task's prompt."""
     command = [sys.executable, "-m", "orchard.harness.adapters.smolagents_agent", "--task-file", "{task_file}",
-               "--max-steps", str(max_steps)]
+               "--max-steps", str(max_turns)]
     if cwd is not None:
         command += ["--cwd", cwd]
     if max_tokens is not None:

@@ -12,4 +12,4 @@ def browser_family(name: str) -> TaskFamily:
     sandbox's loopback), 15 steps (the paper's first curriculum stage), and ``reusable``: the set-up
     opens a fresh browser context, so a pool may keep the sandbox between episodes."""
     return TaskFamily(name=name, sandbox={"cpu": 1.0, "memory": "2Gi", "pids": 1024, "network": "none", "ttl": 600.0},
-                      limits=Limits(max_steps=15, time_limit=300.0, max_format_errors=3), reusable=True)
+                      limits=Limits(max_turns=15, time_limit=300.0, max_format_errors=3), reusable=True)

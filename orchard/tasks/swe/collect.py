@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from orchard.data.rise import annotate
 from orchard.data.trajectory import EndReason, Trajectory
 from orchard.env.client import AsyncSandboxClient
-from orchard.harness.core import Harness, Limits, Policy
+from orchard.harness.core import DEFAULT_MAX_TURNS, Harness, Limits, Policy
 from orchard.harness.episode import EpisodeRunner, SetupCache
 from orchard.harness.policies import OpenAIChatPolicy
 from orchard.seeds import episode_seed
@@ -51,7 +51,7 @@ class CollectionConfig:
     variants: tuple[str, ...] = ("clean", "fail")  # the oracle teacher's, cycled over the samples
     brief: bool = True  # the oracle teacher's short plan: search, read, edit, submit
     concurrency: int = 4
-    max_turns: int = 12
+    max_turns: int = DEFAULT_MAX_TURNS
 
     def teacher(self) -> TeacherFactory:
         return make_teacher(self.url, self.model, api_key=os.environ.get(TEACHER_KEY_ENV, "EMPTY"),
@@ -113,7 +113,7 @@ async def collect_one(runner: EpisodeRunner, task: SWETask, harness: Harness, po
 
 
 async def collect(client: AsyncSandboxClient, tasks: Sequence[SWETask], harnesses: Sequence[Harness],
-                  teacher: TeacherFactory, samples: int, *, limits: Limits = Limits(max_steps=30),
+                  teacher: TeacherFactory, samples: int, *, limits: Limits = Limits(),
                   concurrency: int = 4, seed: int = 0, progress: bool = True,
                   setups: SetupCache | None = None) -> CollectionReport:
     """Run every (task, harness, sample) with at most ``concurrency`` sandboxes alive (``setups``:

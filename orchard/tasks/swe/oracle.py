@@ -74,8 +74,9 @@ def _symbol(instance: SWEInstance, hunk: Hunk) -> str:
 
 def _sed_script(hunk: Hunk, number: int) -> str | None:
     """A ``sed`` script for a one-line fix, as engineers write them: addressed by the enclosing
-    ``def`` when the bug is the first line after it (``/def f(/{n;s/.*/NEW/}``), else by line
-    number; ``None`` for larger fixes (which go through ``git apply``)."""
+    ``def`` when the bug is the first line after it (``K{/def f(/{n;s/.*/NEW/}}``, the ``def`` on line
+    K: a file may have several functions of that name, such as two classes' ``__init__``), else by
+    line number; ``None`` for larger fixes (which go through ``git apply``)."""
     removed = [line for line in hunk.old if line not in hunk.new]
     added = [line for line in hunk.new if line not in hunk.old]
     if len(removed) != 1 or len(added) != 1:
@@ -84,7 +85,7 @@ def _sed_script(hunk: Hunk, number: int) -> str | None:
     index = number - hunk.old_start
     previous = hunk.old[index - 1] if 0 < index <= len(hunk.old) else ""
     if match := re.match(r"\s*(?:async\s+)?def\s+(\w+)\(", previous):
-        return f"/def {match.group(1)}(/{{n;s/.*/{replacement}/}}"
+        return f"{number - 1}{{/def {match.group(1)}(/{{n;s/.*/{replacement}/}}}}"
     return f"{number}s/.*/{replacement}/"
 
 

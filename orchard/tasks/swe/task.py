@@ -31,7 +31,7 @@ from orchard.tasks.swe.workspace import setup_workspace
 # disk quota keeps a policy that fills its disk from filling the host's (on the local backend it
 # needs root, as isolation itself does without user namespaces).
 SWE_FAMILY = TaskFamily("swe", sandbox={"cpu": 1.0, "memory": "2Gi", "disk": "1Gi", "ttl": 300.0, "network": "none"},
-                        limits=Limits(max_steps=100, time_limit=3600.0), setup_in_files=True, pristine_grading=True)
+                        limits=Limits(max_turns=100, time_limit=3600.0), setup_in_files=True, pristine_grading=True)
 RESOLVED, UNRESOLVED = 1.0, -1.0
 
 

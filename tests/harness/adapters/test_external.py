@@ -84,7 +84,7 @@ async def test_smolagents_runs_its_own_loop_through_the_proxy(aclient, proxy_cli
     instance = SWEInstance(instance_id="calc__add", repo="orchard/calc", base_commit="0" * 40,
                            problem_statement="add subtracts.", patch=unified_diff(OPS, OPS.replace("-", "+"), "calc/ops.py"),
                            FAIL_TO_PASS=("tests/test_ops.py::test_add",), repo_path=write_calc_repo(tmp_path, OPS, TESTS))
-    harness = smolagents_harness(max_steps=1, submission=submission_patch, wall_clock_s=300.0, cwd=REPO_DIR)
+    harness = smolagents_harness(max_turns=1, submission=submission_patch, wall_clock_s=300.0, cwd=REPO_DIR)
     runner = ExternalRunner(aclient, harness, proxy_client, sampling={"temperature": 0.0, "max_tokens": 24})
     trajectory = await runner.run_one(SWETask(instance), seed=5)
 

@@ -88,11 +88,12 @@ def test_the_brief_plan_searches_reads_edits_and_submits(tmp_path):
     [hunk] = parse_patch(instance.patch)
     name = re.search(r"def (\w+)", hunk.section or "\n".join(hunk.old)).group(1)
     fixed = next(line for line in hunk.new if line not in hunk.old)
-    # The one-line fix is addressed by the enclosing def, as `sed -i '/def f(/{n;s/.*/NEW/}' path`.
-    assert edit.arguments["command"] == f"sed -i '/def {name}(/{{n;s/.*/{fixed}/}}' {hunk.path}"
+    number, wrong = buggy_line(hunk)
+    # The one-line fix is addressed by the enclosing def on its line (a file may define two functions of one
+    # name), as `sed -i 'K{/def f(/{n;s/.*/NEW/}}' path`.
+    assert edit.arguments["command"] == f"sed -i '{number - 1}{{/def {name}(/{{n;s/.*/{fixed}/}}}}' {hunk.path}"
     # Its thought states the function and the line it needs before the wrong one, so what the edit writes
     # was said just before it.
-    number, wrong = buggy_line(hunk)
     assert edit.thought == (f"Line {number} of {hunk.path}, in `def {name}`, should be `{fixed.strip()}`, "
                             f"not `{wrong.strip()}`. Fixing it.")
     assert submit.tool == "finish"
