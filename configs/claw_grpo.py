@@ -50,24 +50,33 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # The policy: the tiny Llama-style model from scratch. A teacher episode is 1,300-5,000 tokens of the BPE
     # (the ReAct harness's tool schemas ~900 of them), so positions reach 8K.
     config.model = ConfigDict({"path": "", "init": {**ModelConfig.preset_fields("tiny"), "max_position_embeddings": 8192},
-                               "dtype": "float32", "param_dtype": "float32"})
+                               "dtype": "float32", "param_dtype": "float32", "attention_block": 512, "remat": "none",
+                               "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
     # Stage 3: SFT on every completed teacher episode, whole (a row holds one episode).
     config.sft = ConfigDict({"num_steps": 150, "log_every": 10, "eval_every": 150, "checkpoint_every": 50,
                              "seq_len": 4096, "batch_size": 2, "grad_accum": 1})
     config.sft.optim = ConfigDict({"peak_lr": 1e-2, "final_lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.01,
-                                   "clip_norm": 1.0, "master_dtype": ""})
-    config.sft.examples = ConfigDict({"eval_fraction": 0.1, "epsilon": 0.05, "observation_weight": 0.0})
+                                   "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
+    config.sft.examples = ConfigDict({"eval_fraction": 0.1, "epsilon": 0.05, "observation_weight": 0.0,
+                                      "unresolved": "rise", "select": "all", "fraction": 1.0, "token_budget": 0.0,
+                                      "selection_seed": 0, "synthetic_tasks": 0})
 
     # Stage 4: GRPO, 4 prompts x groups of 4 (the paper's 8 x 8 scaled down), binary reward, no KL, clip 0.2 / 0.28.
     config.rl = ConfigDict({"num_steps": 4, "checkpoint_every": 2, "prompts_per_step": 4, "updates_per_batch": 1,
                             "eps_low": 0.2, "eps_high": 0.28, "seq_len": 6208, "rows": 16, "micro_rows": 2,
-                            "rows_per": "trajectory"})
+                            "rows_per": "trajectory", "rollout_budget": 0, "eval_every": 0})
     config.rl.optim = ConfigDict({"peak_lr": 5e-4, "final_lr": 5e-4, "warmup_steps": 1, "weight_decay": 0.0,
-                                  "clip_norm": 1.0, "master_dtype": ""})
-    config.rl.sampler = ConfigDict({"name": "fixed", "group_size": 4})
-    config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY"})
+                                  "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
+    # Fixed groups (BAR's fields unused); no pass-rate filter, no step-budget curriculum.
+    config.rl.sampler = ConfigDict({"name": "fixed", "group_size": 4, "max_budget": 16, "stride": 16, "rho_min": 0.375,
+                                    "rho_max": 0.625})
+    config.rl.pass_filter = ConfigDict({"samples": 0, "low": 0.0, "high": 0.5})
+    config.rl.curriculum = ConfigDict({"stages": (), "window": 5, "tolerance": 0.02})
+    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL.
+    config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY",
+                                   "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500})
     # Episodes of RL and evaluation: a turn cap beside the wall clock (a departure: see orchard.recipes.claw).
     config.rl.rollout = ConfigDict({"max_new_tokens": 96, "temperature": 1.0, "max_turns": 12, "max_context": 6144,
                                     "episode_seconds": 300.0, "concurrency": 4})

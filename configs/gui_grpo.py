@@ -55,7 +55,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # The policy: a tiny Qwen3-VL (2 text layers of width 64; 2 vision blocks over 16-pixel patches merged 2x2: a
     # 160 x 224 screenshot is 35 tokens) trained from scratch; its images are not resized (min_pixels).
     config.model = ConfigDict({"path": "", "init": {**tiny_vision_language(), "processing": {"min_pixels": 4096}},
-                               "dtype": "float32", "param_dtype": "float32"})
+                               "dtype": "float32", "param_dtype": "float32", "attention_block": 512, "remat": "none",
+                               "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
     # Stage 3: per-turn SFT (each assistant turn its own example, supervised on that turn only). A row holds one
@@ -71,13 +72,19 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # steps), then 4. Greedy held-out success midway (step 4), for the curve of notebooks/gui_rl_init.ipynb.
     config.rl = ConfigDict({"num_steps": 8, "checkpoint_every": 4, "prompts_per_step": 4, "updates_per_batch": 1,
                             "eps_low": 0.2, "eps_high": 0.28, "seq_len": 2688, "rows": 64, "micro_rows": 4,
-                            "rows_per": "turn", "context_images": 1, "images_per_row": 1, "eval_every": 4})
+                            "rows_per": "turn", "context_images": 1, "images_per_row": 1, "eval_every": 4,
+                            "rollout_budget": 0})
     config.rl.optim = ConfigDict({"peak_lr": 3e-4, "final_lr": 3e-4, "warmup_steps": 1, "weight_decay": 0.0,
                                   "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
-    config.rl.sampler = ConfigDict({"name": "fixed", "group_size": 4})
+    # Fixed groups (BAR's fields unused); no pass-rate filter.
+    config.rl.sampler = ConfigDict({"name": "fixed", "group_size": 4, "max_budget": 16, "stride": 16, "rho_min": 0.375,
+                                    "rho_max": 0.625})
+    config.rl.pass_filter = ConfigDict({"samples": 0, "low": 0.0, "high": 0.5})
     config.rl.curriculum = ConfigDict({"stages": ({"max_turns": 2, "min_steps": 2, "max_steps_in_stage": 4},
                                                   {"max_turns": 4}), "window": 2, "tolerance": 0.02})
-    config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY"})
+    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL.
+    config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY",
+                                   "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500})
     config.rl.rollout = ConfigDict({"max_new_tokens": 80, "temperature": 1.0, "max_turns": 4, "max_context": 2600,
                                     "episode_seconds": 120.0, "concurrency": 2})
 

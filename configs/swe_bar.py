@@ -63,7 +63,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # The policy: a fresh tiny model (its vocabulary from the tokenizer), or `path`. The output layer over SmolLM2's
     # 49K vocabulary would be 97% of its compute, hence the trained 2K BPE.
     config.model = ConfigDict({"path": "", "init": ModelConfig.preset_fields("tiny"), "dtype": "float32",
-                               "param_dtype": "float32"})
+                               "param_dtype": "float32", "attention_block": 512, "remat": "none", "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
     # Stage 3: credit-assignment SFT, stopped early enough to leave RL rollouts that fail (docs/benchmarks.md). The
@@ -71,21 +71,25 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.sft = ConfigDict({"num_steps": 700, "log_every": 10, "eval_every": 700, "checkpoint_every": 100,
                              "seq_len": 1024, "batch_size": 4, "grad_accum": 1})
     config.sft.optim = ConfigDict({"peak_lr": 1e-2, "final_lr": 1e-3, "warmup_steps": 10, "weight_decay": 0.01,
-                                   "clip_norm": 1.0, "master_dtype": ""})
+                                   "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
     # Which teacher trajectories train (orchard.data.selection: all, or a `fraction` by a rule; and a trained-token
     # budget, 0: none), and what unresolved ones teach: their rise segments (the method), "whole" or "drop".
     config.sft.examples = ConfigDict({"eval_fraction": 0.05, "epsilon": 0.05, "observation_weight": 0.5,
-                                      "unresolved": "rise", "select": "all", "fraction": 1.0, "token_budget": 0.0})
+                                      "unresolved": "rise", "select": "all", "fraction": 1.0, "token_budget": 0.0,
+                                      "selection_seed": 0, "synthetic_tasks": 0})
 
     # Stage 4: BAR RL, 14 steps of 8 prompts (about 40 rollouts an update) at a constant 5e-4.
     config.rl = ConfigDict({"num_steps": 14, "checkpoint_every": 2, "prompts_per_step": 8, "updates_per_batch": 1,
                             "eps_low": 0.2, "eps_high": 0.28, "seq_len": 1600, "rows": 32, "micro_rows": 8,
-                            "rows_per": "trajectory"})
+                            "rows_per": "trajectory", "rollout_budget": 0, "eval_every": 0})
     config.rl.optim = ConfigDict({"peak_lr": 5e-4, "final_lr": 5e-4, "warmup_steps": 1, "weight_decay": 0.0,
-                                  "clip_norm": 1.0, "master_dtype": ""})
+                                  "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
+    config.rl.curriculum = ConfigDict({"stages": (), "window": 5, "tolerance": 0.02})  # no step-budget curriculum
     config.rl.sampler = ConfigDict({"name": "bar", "group_size": 4, "max_budget": 8, "stride": 4,
                                     "rho_min": 0.25, "rho_max": 0.75})
-    config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY"})
+    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL.
+    config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY",
+                                   "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500})
     # The paper's RL prompts: pass rate under the initial policy in (low, high] over `samples` rollouts; 0: off.
     config.rl.pass_filter = ConfigDict({"samples": 0, "low": 0.0, "high": 0.5})
     # The episodes RL samples and evaluation runs: tokens per turn, turns, the context budget (rl.seq_len holds

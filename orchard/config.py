@@ -147,3 +147,22 @@ def changed_fields(old: Any, new: Any) -> list[str]:
 
     return [f"{key}: {shown(before, key)} -> {shown(after, key)}" for key in sorted(set(before) | set(after))
             if key not in before or key not in after or before[key] != after[key]]
+
+
+def missing_fields(cls: type, block: Any, where: str = "") -> list[str]:
+    """The fields of ``cls`` (a dataclass, its nested dataclass fields included) that ``block`` leaves to the
+    dataclass defaults: what a run would take from the code rather than from its config file."""
+    values = _mapping(block, where or cls.__name__)
+    hints = get_type_hints(cls)
+    missing = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        path = f"{where}.{field.name}" if where else field.name
+        if field.name not in values:
+            missing.append(path)
+            continue
+        nested = [t for t in (hints[field.name], *get_args(hints[field.name])) if dataclasses.is_dataclass(t)]
+        if nested and isinstance(values[field.name], Mapping):
+            missing += missing_fields(nested[0], values[field.name], path)
+    return missing

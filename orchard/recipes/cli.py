@@ -66,6 +66,7 @@ def recipe_main(run: Callable[..., Any], check: Callable[[ConfigDict], list[str]
         if not distributed.is_controller():
             follow_controller()  # the controller runs the recipe and leads this process into its training
             return
+        logging.info("the resolved config, every field named (also written to %s/config.json):\n%s", workdir, config)
         try:
             result = run(config, workdir, rerun=flags.FLAGS.rerun)
         except StaleStage as exc:

@@ -9,6 +9,7 @@ family uses; a family file overrides the rest (``swe.py``, ``gui.py``, ``claw.py
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
-from orchard.config import ConfigError, fingerprint
+from orchard.config import ConfigError, fingerprint, missing_fields
 from orchard.data.images import ImageStore
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory
@@ -27,7 +28,7 @@ from orchard.harness.episode import SandboxPool, SetupCache
 from orchard.harness.task import Task
 from orchard.models.build import build_model
 from orchard.models.transformer import Transformer
-from orchard.recipes.stages import PASSES, Made, SharedStages, content_texts, rl_problems
+from orchard.recipes.stages import COPIED_FIELDS, PASSES, Made, SharedStages, content_texts, rl_problems
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Family:
     title = ""  # the table's title
     measures: tuple[str, ...] = ("resolve_rate",)  # what the report shows of every evaluation, headline first
     special_tokens: Sequence[str] | None = None  # the trained BPE's; None: Tokenizer.train's
+    unread_fields: tuple[str, ...] = ()  # stage config fields this family's stages never read (a text family's image settings)
 
     # -- config --
     def typed(self, config: ConfigDict) -> SharedStages:
@@ -88,6 +90,21 @@ class Family:
     def check(self, settings: Any) -> list[str]:
         """The family's own problems with a typed config (the RL stage's are added by the runner)."""
         return []
+
+    def config_gaps(self, config: ConfigDict) -> list[str]:
+        """The fields the family's stages read that ``config`` leaves to the code's defaults: a shipped config
+        names every one, so that the file is the record of a run."""
+        settings, values = self.typed(config), config.to_dict()
+        gaps: list[str] = []
+        for stage_field in dataclasses.fields(settings):
+            typed = getattr(settings, stage_field.name)
+            if not dataclasses.is_dataclass(typed):
+                continue
+            block = values["sft"]["examples"] if stage_field.name == "examples" else values[stage_field.name]
+            if stage_field.name == "sft":
+                block = {name: value for name, value in block.items() if name != "examples"}
+            gaps += missing_fields(type(typed), block, stage_field.name)
+        return [gap for gap in gaps if gap not in COPIED_FIELDS + self.unread_fields]
 
     def check_config(self, config: ConfigDict) -> list[str]:
         """Every inconsistency of a config that would only surface deep into a run: a field that does not

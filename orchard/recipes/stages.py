@@ -74,6 +74,12 @@ class SharedStages:
     env: EnvConfig
 
 
+# Fields a stage config gets from the top of the recipe config (shared_stages copies them), not from its own block.
+COPIED_FIELDS = ("sft.seed", "sft.mesh", "sft.model", "rl.seed", "rl.chat_format", "rl.mesh", "rl.dtype",
+                 "rl.param_dtype", "rl.attention_block", "rl.remat", "rl.logits_chunk", "examples.seed",
+                 "examples.chat_format")
+
+
 def shared_stages(config: ConfigDict) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The stage configs every recipe config holds, typed: the seed and chat format (set once at the
     top), the tokenizer, model, mesh, SFT, RL, eval and env blocks (the seed, chat format, mesh and

@@ -120,6 +120,7 @@ class SWEFamily(Family):
     job's bash harness)."""
 
     name = "swe"
+    unread_fields = ("sft.images_per_row", "rl.context_images", "rl.images_per_row")  # a text policy's
     title = "Orchard-SWE: held-out resolve rate"
 
     def __init__(self, teacher_harnesses: Sequence[Harness] = (BashHarness(),)) -> None:
