@@ -1,8 +1,9 @@
-"""Claw teacher collection: tasks x harnesses x samples of the teacher, only completed episodes kept.
+"""Claw teacher collection: the project's one collection (:mod:`orchard.harness.collection`) with the Claw
+teacher, only completed episodes kept.
 
 The paper's Claw SFT set (section 3.5 of the notes) is completed trajectories from two harnesses.
-Every (task, harness, sample) runs one graded episode (:class:`~orchard.harness.episode.EpisodeRunner`,
-pooled sandboxes: a Claw sandbox is reset between tasks); an episode is kept when every test passed
+Every (task, harness, sample) runs one graded episode (pooled sandboxes: a Claw sandbox is reset
+between tasks); an episode is kept when every test passed
 (reward +1) and it had no format error. Each dropped one is counted by why: ``not_completed`` (a test
 failed), ``format_errors``, ``timed_out`` (cut by the wall clock, never graded), or ``environment``
 (its sandbox or grader failed; also listed in ``errors``).
@@ -10,29 +11,24 @@ failed), ``format_errors``, ``timed_out`` (cut by the wall clock, never graded),
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from orchard.data.trajectory import EndReason, Trajectory
+from orchard.harness.collection import Collection
+from orchard.harness.collection import collect as collect_episodes
 from orchard.harness.core import Harness
 from orchard.harness.episode import EpisodeRunner
-from orchard.seeds import episode_seed
+from orchard.harness.task import Task
 from orchard.tasks.claw.oracle import TeacherFactory, harness_style
 from orchard.tasks.claw.task import ClawTask
 
 
 @dataclass
-class ClawCollection:
-    kept: list[Trajectory] = field(default_factory=list)
-    dropped: Counter[str] = field(default_factory=Counter)
-    errors: list[str] = field(default_factory=list)
-
+class ClawCollection(Collection):
     def summary(self) -> dict[str, Any]:
         turns = [t.num_actions for t in self.kept]
         faults = [t.metadata.get("claw", {}).get("faults", 0) for t in self.kept]
@@ -61,28 +57,14 @@ async def collect(runner: EpisodeRunner, tasks: Sequence[ClawTask], harnesses: S
     """``samples`` teacher episodes of every task in every harness (the teacher speaks each one's
     style: :func:`~orchard.tasks.claw.oracle.harness_style`), the completed ones kept, in (task,
     harness, sample) order."""
-    collection = ClawCollection()
-    jobs = [(task, harness, k) for task in tasks for harness in harnesses for k in range(samples)]
-    bar = tqdm(total=len(jobs), desc="Claw teacher", unit="episode", disable=not progress)
+    return await collect_episodes(
+        runner, tasks, harnesses, lambda task, harness, k: teacher(task.spec, harness_style(harness), k),  # type: ignore[attr-defined]
+        samples, seed=seed, drop=drop_reason, after=name_grading_error, progress=progress, desc="Claw teacher",
+        kind=ClawCollection)
 
-    async def run(task: ClawTask, harness: Harness, k: int) -> None:
-        trajectory = await runner.run_one(task, episode_seed(seed, f"collect/{harness.name}", task.id, k),
-                                          harness=harness, policy=teacher(task.spec, harness_style(harness), k),
-                                          metadata={"sample": k})
-        reason = drop_reason(trajectory)
-        if reason is None:
-            collection.kept.append(trajectory)
-        else:
-            collection.dropped[reason] += 1
-            if reason == "environment":
-                collection.errors.append(f"{task.id}/{harness.name}/{k}: {trajectory.metadata.get('error') or ''}"
-                                         f"{trajectory.metadata.get('claw', {}).get('grading_error', '')}")
-        bar.update()
-        bar.set_postfix(kept=len(collection.kept), refresh=False)
 
-    try:
-        await asyncio.gather(*(run(*job) for job in jobs))
-    finally:
-        bar.close()
-    collection.kept.sort(key=lambda t: (t.task_id, t.harness, t.metadata.get("sample", 0)))
-    return collection
+def name_grading_error(task: Task, trajectory: Trajectory) -> Trajectory:
+    """A grader's failure named as the episode's error, so collection lists it with the environment's."""
+    if (error := trajectory.metadata.get("claw", {}).get("grading_error")) and not trajectory.metadata.get("error"):
+        trajectory.metadata["error"] = error
+    return trajectory

@@ -17,21 +17,19 @@ Splits are held out two ways, so that held-out numbers measure what they claim:
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from tqdm.auto import tqdm
-
 from orchard.data.trajectory import Trajectory
 from orchard.eval.splits import held_out_ids
 from orchard.harness.browser import screenshots
+from orchard.harness.collection import Collection
+from orchard.harness.collection import collect as collect_episodes
 from orchard.harness.core import Policy
 from orchard.harness.episode import EpisodeRunner
 from orchard.harness.task import Task
-from orchard.seeds import episode_seed
 from orchard.tasks.gui.judges import LLMJudge, Verdict
 from orchard.tasks.gui.oracle import VARIANTS, GUIOracle
 
@@ -77,11 +75,8 @@ def shortest_successes(trajectories: Sequence[Trajectory], sites: dict[str, str]
 
 
 @dataclass
-class Collection:
-    """Every trajectory the teacher produced, and the SFT set chosen from them."""
-
-    trajectories: list[Trajectory]
-    kept: list[Trajectory]
+class GUICollection(Collection):
+    """Every trajectory the teacher produced, and (``kept``) the SFT set chosen from them."""
 
     def summary(self) -> dict[str, float | int | None]:
         done = [t for t in self.trajectories if t.outcome.reward is not None]
@@ -110,30 +105,25 @@ def judge_agreement(trajectories: Sequence[Trajectory]) -> dict[str, float | int
 
 async def collect(runner: EpisodeRunner, tasks: Sequence[GUITask], *, samples: int = 3, cap_per_site: int = 20,
                   teacher: TeacherFactory = oracle_teacher, run_seed: int = 0, progress: bool = True,
-                  judge: LLMJudge | None = None, judge_screenshots: int = 3) -> Collection:
+                  judge: LLMJudge | None = None, judge_screenshots: int = 3) -> GUICollection:
     """Run the teacher ``samples`` times on every task through ``runner`` (whose harness is the
     browser harness), then keep the shortest success per instance under the per-site cap. With an
     LLM ``judge``, every graded episode is also judged by it (the intent, the final response and the
     last ``judge_screenshots`` screenshots) and the summary reports how often the two judges agree;
     the rule judge's verdict still decides the reward."""
-    jobs = [(task, sample) for task in tasks for sample in range(samples)]
-    bar = tqdm(total=len(jobs), desc="GUI teacher episodes", unit="episode", disable=not progress)
-
-    async def one(task: GUITask, sample: int) -> Trajectory:
-        trajectory = await runner.run_one(task, episode_seed(run_seed, "gui-collect", task.id, sample),
-                                          policy=teacher(task, sample), metadata={"sample": sample, "site": task.site})
+    async def judged(task: Task, trajectory: Trajectory) -> Trajectory:
+        trajectory.metadata["site"] = task.site  # type: ignore[attr-defined]
         if judge is not None and "verdict" in trajectory.metadata:
             shots = screenshots(trajectory, runner.harness.images, last=judge_screenshots)
             verdict = await judge.judge(task.prompt, trajectory.metadata.get("submission"), shots)
             trajectory.metadata.update(llm_verdict=str(verdict.verdict), llm_reason=verdict.reason)
-        bar.update()
         return trajectory
 
-    try:
-        trajectories = list(await asyncio.gather(*(one(task, sample) for task, sample in jobs)))
-    finally:
-        bar.close()
-    return Collection(trajectories, shortest_successes(trajectories, {t.id: t.site for t in tasks}, cap_per_site))
+    collection = await collect_episodes(runner, tasks, [runner.harness], lambda task, harness, k: teacher(task, k),
+                                        samples, seed=run_seed, after=judged, progress=progress,
+                                        desc="GUI teacher episodes", kind=GUICollection)
+    collection.kept = shortest_successes(collection.trajectories, {t.id: t.site for t in tasks}, cap_per_site)
+    return collection
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,8 @@
-"""Teacher collection: tasks x harnesses x k samples, many sandboxes at once, then filters.
+"""SWE teacher collection: the project's one collection (:mod:`orchard.harness.collection`) with the SWE
+teacher and filters.
 
-Each sample is one episode of an :class:`~orchard.tasks.swe.task.SWETask` through
-:class:`~orchard.harness.episode.EpisodeRunner`: a fresh sandbox, the instance's repository set up
-in it, the harness run with the teacher, the submission graded by SWE-bench's rules, the sandbox
-deleted. Unresolved trajectories get per-step values (the rule-based estimator when the gold patch
+Each sample is one episode of an :class:`~orchard.tasks.swe.task.SWETask`: a fresh sandbox (forked from
+the task's set-up), the harness run with the teacher, the submission graded by SWE-bench's rules. Unresolved trajectories get per-step values (the rule-based estimator when the gold patch
 locates the bug) so credit-assignment SFT can use their rise segments.
 
 The paper's filters drop trajectories over the token limit, with undefined tool calls, or with
@@ -16,22 +15,21 @@ else the oracle teacher cycling through its variants.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-from tqdm.auto import tqdm
 
 from orchard.data.rise import annotate
 from orchard.data.trajectory import EndReason, Trajectory
 from orchard.env.client import AsyncSandboxClient
+from orchard.harness.collection import Collection
+from orchard.harness.collection import collect as collect_episodes
 from orchard.harness.core import DEFAULT_MAX_TURNS, Harness, Limits, Policy
 from orchard.harness.episode import EpisodeRunner, SetupCache
 from orchard.harness.policies import OpenAIChatPolicy
-from orchard.seeds import episode_seed
+from orchard.harness.task import Task
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.oracle import OracleTeacher, estimator_for
 from orchard.tasks.swe.task import SWETask
@@ -73,11 +71,7 @@ def make_teacher(url: str = "", model: str = "teacher", *, api_key: str = "EMPTY
 
 
 @dataclass
-class CollectionReport:
-    kept: list[Trajectory] = field(default_factory=list)
-    dropped: dict[str, int] = field(default_factory=dict)  # reason -> count
-    errors: list[str] = field(default_factory=list)
-
+class CollectionReport(Collection):
     def summary(self) -> dict[str, Any]:
         resolved = [t for t in self.kept if t.outcome.resolved]
         turns = [t.num_actions for t in self.kept]
@@ -102,13 +96,11 @@ def drop_reason(trajectory: Trajectory) -> str | None:
     return None
 
 
-async def collect_one(runner: EpisodeRunner, task: SWETask, harness: Harness, policy: Policy, seed: int,
-                      sample: int = 0) -> Trajectory:
-    """One graded teacher episode of ``task``, unresolved ones annotated with the rule-based values."""
-    trajectory = await runner.run_one(task, seed, harness=harness, policy=policy,
-                                      metadata={"instance_id": task.id, "sample": sample})
-    if not trajectory.outcome.resolved and trajectory.messages and task.instance.patch:
-        trajectory = annotate(trajectory, estimator_for(task.instance))
+def rule_values(task: Task, trajectory: Trajectory) -> Trajectory:
+    """An unresolved episode of a task whose gold patch locates the bug, annotated with the rule-based values."""
+    instance = task.instance  # type: ignore[attr-defined]
+    if not trajectory.outcome.resolved and trajectory.messages and instance.patch:
+        return annotate(trajectory, estimator_for(instance))
     return trajectory
 
 
@@ -118,26 +110,8 @@ async def collect(client: AsyncSandboxClient, tasks: Sequence[SWETask], harnesse
                   setups: SetupCache | None = None) -> CollectionReport:
     """Run every (task, harness, sample) with at most ``concurrency`` sandboxes alive (``setups``:
     fork each episode from its task's set-up snapshot)."""
-    report = CollectionReport()
     runner = EpisodeRunner(client, concurrency=concurrency, limits=limits, setups=setups)
-    jobs = [(task, harness, k) for task in tasks for harness in harnesses for k in range(samples)]
-    bar = tqdm(total=len(jobs), desc="collect", unit="episode", disable=not progress)
-
-    async def run(task: SWETask, harness: Harness, k: int) -> None:
-        trajectory = await collect_one(runner, task, harness, teacher(task.instance, harness.name, k),
-                                       episode_seed(seed, f"collect/{harness.name}", task.id, k), k)
-        if trajectory.outcome.status == "aborted" and trajectory.end_reason is EndReason.SANDBOX_ERROR:
-            report.errors.append(f"{task.id}/{harness.name}/{k}: {trajectory.metadata.get('error')}")
-        elif (reason := drop_reason(trajectory)) is None:
-            report.kept.append(trajectory)
-        else:
-            report.dropped[reason] = report.dropped.get(reason, 0) + 1
-        bar.update()
-        bar.set_postfix(kept=len(report.kept), resolved=sum(t.outcome.resolved for t in report.kept), refresh=False)
-
-    try:
-        await asyncio.gather(*(run(*job) for job in jobs))
-    finally:
-        bar.close()
-    report.kept.sort(key=lambda t: (t.task_id, t.harness, t.metadata.get("sample", 0)))
-    return report
+    return await collect_episodes(
+        runner, tasks, harnesses, lambda task, harness, k: teacher(task.instance, harness.name, k),  # type: ignore[attr-defined]
+        samples, seed=seed, drop=drop_reason, after=rule_values, progress=progress, desc="collect",
+        kind=CollectionReport)
