@@ -35,11 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ml_collections import ConfigDict
-from tqdm.auto import tqdm
 
 from orchard.config import from_config
 from orchard.data.chat import VL_FORMATS
-from orchard.data.examples import latest_images, turn_examples
+from orchard.data.examples import latest_images
 from orchard.data.images import ImageStore
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories, save_trajectories
@@ -53,11 +52,17 @@ from orchard.models.build import build_model
 from orchard.models.transformer import Transformer
 from orchard.recipes.family import Context, Family, Split, Teaching
 from orchard.recipes.runner import RecipeResult, run_recipe
+from orchard.recipes.sft_data import build_turn_examples
 from orchard.recipes.stages import Made, SharedStages, message_texts, sft_stage, shared_stages
 from orchard.rollout.jax_engine import model_chat_format
-from orchard.seeds import seeded_random
 from orchard.tasks.gui.collect import collect, gui_splits, loop_seconds
-from orchard.tasks.gui.miniwob import CATALOGUE, FAMILY, MiniWoBTask, build_instances
+from orchard.tasks.gui.miniwob import (
+    CATALOGUE,
+    load_instances,
+    read_instances,
+    save_instances,
+    success_by_actions,
+)
 from orchard.workdir import Stage
 
 log = logging.getLogger(__name__)
@@ -119,10 +124,6 @@ def gui_config(config: ConfigDict) -> GUIConfig:
         examples=from_config(GUIExamplesConfig, examples, "sft.examples"))
 
 
-def _record(task: MiniWoBTask) -> dict[str, Any]:
-    return {"page": task.page, "seed": task.seed, "instruction": task.instruction, "threshold": task.threshold}
-
-
 async def tasks_stage(ctx: Context) -> Split:
     """Every instance of the split, with the instruction its page asks (read in browsers)."""
     config: GUIConfig = ctx.settings
@@ -138,27 +139,11 @@ async def tasks_stage(ctx: Context) -> Split:
     path = os.path.join(stage.directory, "instances.jsonl")
     settings = BrowserSettings(viewport=tuple(tasks.viewport))
     if stage.open(ctx.rerun) != "done":
-        pairs = sorted({pair for group in groups.values() for pair in group})
-        lanes = [pairs[i::tasks.concurrency] for i in range(tasks.concurrency)]
-        bar = tqdm(total=len(pairs), desc="GUI tasks: reading instructions", unit="instance")
-
-        async def read(lane: list[tuple[str, int]]) -> list[MiniWoBTask]:
-            built = []
-            async with await ctx.client.create(**FAMILY.sandbox) as box:
-                for page, seed in lane:
-                    built += await build_instances(box, [page], [seed], settings)
-                    bar.update()
-            return built
-
-        with bar:
-            built = [task for lane in await asyncio.gather(*(read(lane) for lane in lanes if lane)) for task in lane]
-        with open(path, "w") as handle:
-            for task in sorted(built, key=lambda t: (t.page, t.seed)):
-                handle.write(json.dumps(_record(task)) + "\n")
+        built = await read_instances(ctx.client, [pair for group in groups.values() for pair in group], settings,
+                                     tasks.concurrency)
+        save_instances(path, built)
         stage.finish({"instances": len(built)})
-    with open(path) as handle:
-        by_key = {(r["page"], r["seed"]): MiniWoBTask(r["page"], r["seed"], r["instruction"], r["threshold"], settings)
-                  for r in map(json.loads, handle)}
+    by_key = load_instances(path, settings)
     picked = {name: [by_key[pair] for pair in pairs] for name, pairs in groups.items()}
     return Split(sft=picked["sft"], rl=picked["rl"], held_out={name: picked[name] for name in HELD_OUT},
                  made_by=stage.fingerprint)
@@ -188,43 +173,6 @@ async def teacher_stage(ctx: Context, split: Split) -> Teaching:
     log.info("teacher: %s", summary)
     stage.finish(summary)
     return Teaching(collection.kept, summary, stage.fingerprint)
-
-
-def write_turn_examples(config: GUIConfig, directory: str, trajectories: Sequence[Trajectory], model: Transformer,
-                        tokenizer: Tokenizer, images: ImageStore) -> dict[str, Any]:
-    """Every assistant turn of the teacher's trajectories its own example, under the view the policy samples
-    with (the latest ``rl.context_images`` screenshots), and the image table they point into."""
-    chat_format = model_chat_format(config.chat_format, tokenizer, model)
-    view = latest_images(config.rl.context_images) if config.rl.context_images >= 0 else None
-    table = ImageTable(model.config, images)
-    order = list(trajectories)
-    seeded_random(config.seed, "sft-eval").shuffle(order)
-    held = max(1, round(config.examples.eval_fraction * len(order))) if config.examples.eval_fraction else 0
-    written, too_long = 0, 0
-    for name, part in (("eval", order[:held]), ("train", order[held:])):
-        with open(os.path.join(directory, f"{name}.jsonl"), "w") as handle:
-            for trajectory in part:
-                for example in turn_examples(trajectory, chat_format, view, table):
-                    if len(example["token_ids"]) > config.sft.seq_len + 1:  # truncation would cut the turn
-                        too_long += 1
-                        continue
-                    handle.write(json.dumps(example) + "\n")
-                    written += 1
-    if too_long:
-        log.warning("%d SFT examples are longer than sft.seq_len + 1 (%d) and were left out", too_long,
-                    config.sft.seq_len + 1)
-    table.save(os.path.join(directory, "images.json"))
-    return {"trajectories": len(order), "eval_trajectories": held, "examples": written, "too_long": too_long,
-            "images": len(table.refs)}
-
-
-def by_actions(evaluation: Evaluation, tasks: Sequence[MiniWoBTask]) -> dict[str, float]:
-    """Success per number of actions the page needs (the catalogue's oracle count, its minimum)."""
-    need = {task.id: CATALOGUE[task.page].actions[0] for task in tasks}
-    rates: dict[int, list[bool]] = {}
-    for task_id, trials in evaluation.trials.items():
-        rates.setdefault(need[task_id], []).extend(trials)
-    return {f"{n} actions": sum(t) / len(t) for n, t in sorted(rates.items())}
 
 
 def browser_share(teacher: dict[str, Any], held: dict[str, Any], rl_metrics: dict[int, dict[str, float]]
@@ -294,14 +242,19 @@ class GUIFamily(Family):
         model = self.fresh_model(ctx, tokenizer)
         assert ctx.images is not None
         images = ctx.images
-        made = sft_stage(
-            config, workdir, config.examples,
-            lambda directory: write_turn_examples(config, directory, trajectories, model, tokenizer, images),
-            tokenizer_made.directory,
+        chat_format = model_chat_format(config.chat_format, tokenizer, model)
+        view = latest_images(config.rl.context_images) if config.rl.context_images >= 0 else None
+
+        def write(directory: str) -> dict[str, Any]:
+            return build_turn_examples(directory, trajectories, chat_format, view, ImageTable(model.config, images),
+                                       seed=config.seed, eval_fraction=config.examples.eval_fraction,
+                                       max_tokens=config.sft.seq_len + 1)
+
+        return sft_stage(
+            config, workdir, config.examples, write, tokenizer_made.directory,
             {**inputs, "context_images": str(config.rl.context_images), "seq_len": str(config.sft.seq_len)},
             ctx.rerun, lambda data: {"images": ImageTable.load(os.path.join(data, "images.json"), model.config, images),
                                      "model": model})
-        return made
 
     def eval_harnesses(self, ctx: Context) -> dict[str, Harness]:
         return {"browser": harness(ctx)}
@@ -316,7 +269,8 @@ class GUIFamily(Family):
         return {"images": ctx.images}
 
     def eval_metrics(self, ctx: Context, split: Split, held_out: str, evaluation: Evaluation) -> dict[str, Any]:
-        return {**by_actions(evaluation, split.held_out[held_out]), **loop_seconds(evaluation.trajectories)}
+        return {**success_by_actions(evaluation.trials, split.held_out[held_out]),
+                **loop_seconds(evaluation.trajectories)}
 
     def rl_options(self, ctx: Context, split: Split) -> dict[str, Any]:
         return {"images": ctx.images, "pool": ctx.pool,

@@ -9,17 +9,20 @@ carry values or rise segments (``orchard.data.rise.annotate`` with an
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from orchard.data.chat import make_chat_format
-from orchard.data.examples import Unresolved, write_examples
+from orchard.data.chat import ChatFormat, make_chat_format
+from orchard.data.examples import Unresolved, turn_examples, write_examples
 from orchard.data.rise import EPSILON, BugLocationEstimator, annotate
 from orchard.data.selection import Selector, select_trajectories
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
+from orchard.data.vision_rows import ImageTable
 from orchard.eval.splits import split_by_id
 from orchard.seeds import seeded_random
 from orchard.tasks.swe.synthetic import make_tasks, teacher_trajectory
@@ -91,3 +94,30 @@ def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
              "and %d eval examples in %s", len(trajectories), resolved, written.examples, written.trajectories,
              written.resolved, written.trained_tokens, held_written.examples, directory)
     return paths
+
+
+def build_turn_examples(directory: str, trajectories: Sequence[Trajectory], chat_format: ChatFormat,
+                        view: Callable[..., Any] | None, table: ImageTable, *, seed: int, eval_fraction: float,
+                        max_tokens: int) -> dict[str, Any]:
+    """A vision-language policy's examples: every assistant turn of the teacher's trajectories its own example,
+    under the ``view`` the policy samples with (:func:`~orchard.data.examples.turn_examples`), into ``train.jsonl``
+    and ``eval.jsonl`` (a seeded ``eval_fraction`` of the trajectories), with the image table they point into
+    (``images.json``). A turn longer than ``max_tokens`` is left out (truncation would cut it) and counted."""
+    order = list(trajectories)
+    seeded_random(seed, "sft-eval").shuffle(order)
+    held = max(1, round(eval_fraction * len(order))) if eval_fraction else 0
+    written, too_long = 0, 0
+    for name, part in (("eval", order[:held]), ("train", order[held:])):
+        with open(os.path.join(directory, f"{name}.jsonl"), "w") as handle:
+            for trajectory in part:
+                for example in turn_examples(trajectory, chat_format, view, table):
+                    if len(example["token_ids"]) > max_tokens:
+                        too_long += 1
+                        continue
+                    handle.write(json.dumps(example) + "\n")
+                    written += 1
+    if too_long:
+        log.warning("%d SFT examples are longer than %d tokens and were left out", too_long, max_tokens)
+    table.save(os.path.join(directory, "images.json"))
+    return {"trajectories": len(order), "eval_trajectories": held, "examples": written, "too_long": too_long,
+            "images": len(table.refs)}

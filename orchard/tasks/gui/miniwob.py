@@ -28,15 +28,19 @@ oracle teacher uses live in ``miniwob_solvers.js`` beside this file.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import json
 import os
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from orchard.data.trajectory import Outcome, Trajectory
-from orchard.env.client import AsyncSandbox
+from orchard.env.client import AsyncSandbox, AsyncSandboxClient
 from orchard.harness.chromium import (
     BrowserError,
     BrowserSettings,
@@ -268,3 +272,49 @@ async def build_instances(sandbox: AsyncSandbox, pages: Iterable[str], seeds: Se
             instruction = await open_episode(sandbox, page, seed, settings)
             tasks.append(MiniWoBTask(page, seed, instruction, threshold, settings))
     return tasks
+
+
+async def read_instances(client: AsyncSandboxClient, pairs: Sequence[tuple[str, int]], settings: BrowserSettings,
+                         concurrency: int = 2) -> list[MiniWoBTask]:
+    """The instances ``pairs`` (page, seed), each with its instruction, read in ``concurrency`` sandboxes'
+    browsers at once, with a progress bar; sorted by (page, seed)."""
+    ordered = sorted(set(pairs))
+    lanes = [ordered[i::concurrency] for i in range(concurrency)]
+    bar = tqdm(total=len(ordered), desc="GUI tasks: reading instructions", unit="instance")
+
+    async def read(lane: list[tuple[str, int]]) -> list[MiniWoBTask]:
+        built = []
+        async with await client.create(**FAMILY.sandbox) as box:
+            for page, seed in lane:
+                built += await build_instances(box, [page], [seed], settings)
+                bar.update()
+        return built
+
+    with bar:
+        built = [task for lane in await asyncio.gather(*(read(lane) for lane in lanes if lane)) for task in lane]
+    return sorted(built, key=lambda t: (t.page, t.seed))
+
+
+def save_instances(path: str, tasks: Iterable[MiniWoBTask]) -> None:
+    """The instances as JSON lines (page, seed, instruction, threshold)."""
+    with open(path, "w") as handle:
+        for task in tasks:
+            handle.write(json.dumps({"page": task.page, "seed": task.seed, "instruction": task.instruction,
+                                     "threshold": task.threshold}) + "\n")
+
+
+def load_instances(path: str, settings: BrowserSettings) -> dict[tuple[str, int], MiniWoBTask]:
+    """The instances :func:`save_instances` wrote, by (page, seed), in browsers of ``settings``."""
+    with open(path) as handle:
+        return {(r["page"], r["seed"]): MiniWoBTask(r["page"], r["seed"], r["instruction"], r["threshold"], settings)
+                for r in map(json.loads, handle)}
+
+
+def success_by_actions(trials: dict[str, list[bool]], tasks: Sequence[MiniWoBTask]) -> dict[str, float]:
+    """Success per number of actions the page needs (the catalogue's oracle count, its minimum), from the
+    trials of each task id."""
+    need = {task.id: CATALOGUE[task.page].actions[0] for task in tasks}
+    rates: dict[int, list[bool]] = {}
+    for task_id, outcomes in trials.items():
+        rates.setdefault(need[task_id], []).extend(outcomes)
+    return {f"{n} actions": sum(t) / len(t) for n, t in sorted(rates.items())}
