@@ -16,12 +16,19 @@ A later run opening the same folder finds one of:
   stops at the first of them.
 
 Output is never reused silently when the config or the inputs that made it changed.
+
+Two runs over one workdir (two notebooks sharing their stages, a job started twice) take turns: a process
+holds a stage's lock (``.<folder>.lock`` beside it, an ``flock``) from :meth:`Stage.open` until :meth:`Stage.finish`
+or its exit, so a second process waits for the first to finish the stage and then reuses it, instead of
+resuming a stage that is still running elsewhere.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -30,6 +37,7 @@ from typing import Any, Literal
 
 from orchard.config import changed_fields, fingerprint, to_dict
 
+log = logging.getLogger(__name__)
 RECORD = "stage.json"
 CONFIG = "config.json"
 StageState = Literal["new", "resume", "done"]
@@ -61,6 +69,36 @@ def file_fingerprint(path: str) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()[:16]
+
+
+_HELD: dict[str, Any] = {}  # lock path -> the open lock file, for the stages this process holds
+
+
+def _lock_path(directory: str) -> str:
+    parent, base = os.path.split(os.path.abspath(directory).rstrip(os.sep))
+    return os.path.join(parent, f".{base}.lock")
+
+
+def _acquire(directory: str, name: str) -> None:
+    """Hold ``directory``'s stage lock (reentrant within the process); wait, saying so, while another holds it."""
+    path = _lock_path(directory)
+    if path in _HELD:
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    handle = open(path, "a")  # noqa: SIM115 (held until the stage finishes)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.info("stage %r in %s is being made by another process: waiting for it", name, directory)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    _HELD[path] = handle
+
+
+def _release(directory: str) -> None:
+    handle = _HELD.pop(_lock_path(directory), None)
+    if handle is not None:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 class Stage:
@@ -105,13 +143,17 @@ class Stage:
         return self.state
 
     def _open(self, rerun: bool) -> StageState:
+        _acquire(self.directory, self.name)
         record = self.record()
         if record is not None and record.get("fingerprint") == self.fingerprint:
             self.state = "done" if record.get("status") == "done" else "resume"
+            if self.state == "done":
+                _release(self.directory)
             return self.state
         if record is not None or (os.path.isdir(self.directory) and os.listdir(self.directory)):
             problem = self._stale_reason(record)
             if not rerun:
+                _release(self.directory)
                 raise StaleStage(f"stage {self.name!r} in {self.directory} {problem}. Rerun with --rerun to redo "
                                  "it and the stages after it, or use another --workdir.")
             shutil.rmtree(self.directory)
@@ -146,6 +188,7 @@ class Stage:
             record = self.record() or {}
             record.update({"status": "done", "finished": time.time(), "summary": to_dict(dict(summary or {}))})
             write_json(self.record_path, record)
+        _release(self.directory)
         self.state = "done"
 
     def summary(self) -> dict[str, Any]:

@@ -29,6 +29,20 @@ from orchard.env.local import free_port
 K8S_VERSION = "1.37"
 
 
+# The smoke workdirs the end-to-end recipe tests and the notebooks share within one run of the suite (each
+# stage made once, by whichever gets there first; the other waits on the stage's lock and reuses it).
+SHARED_SMOKE_WORKDIRS = ("gui_rl_init_small", "swe_ablations_small", "cross_harness_small", "claw_cross_harness_small")
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start every run of the suite from empty smoke workdirs (in the controller, before any xdist worker
+    starts), so nothing made by an earlier checkout's code is reused."""
+    if not hasattr(config, "workerinput"):
+        for name in SHARED_SMOKE_WORKDIRS:
+            shutil.rmtree(REPOSITORY / "runs" / name, ignore_errors=True)
+
+
 def require_root() -> None:
     """Namespaces and cgroups need root here. In CI this fails loudly instead of skipping."""
     if os.geteuid() != 0:

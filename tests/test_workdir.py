@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import threading
+import time
 
 import pytest
 
@@ -49,3 +52,33 @@ def test_output_with_no_record_is_not_trusted(tmp_path):
     assert set(os.listdir(tmp_path / "tasks")) == {"config.json", "stage.json"}  # the untrusted output is gone
     (tmp_path / "a").write_bytes(b"x" * 3)
     assert file_fingerprint(str(tmp_path / "a")) != file_fingerprint(str(tmp_path / "tasks" / "stage.json"))
+
+
+def _make_stage(directory: str, started: str, release: str) -> None:
+    """Another process: open the stage, say so, wait for the word to finish, finish."""
+    stage = Stage(directory, "teacher", {"samples": 2})
+    assert stage.open() == "new"
+    open(started, "w").close()
+    while not os.path.exists(release):
+        time.sleep(0.01)
+    stage.finish({"kept": 3})
+
+
+def test_a_second_process_waits_for_a_stage_another_is_making_and_then_reuses_it(tmp_path):
+    directory, started, release = str(tmp_path / "teacher"), str(tmp_path / "started"), str(tmp_path / "release")
+    maker = multiprocessing.get_context("spawn").Process(target=_make_stage, args=(directory, started, release))
+    maker.start()
+    try:
+        while not os.path.exists(started):
+            assert maker.is_alive()
+            time.sleep(0.01)
+        threading.Timer(0.3, lambda: open(release, "w").close()).start()
+        stage = Stage(directory, "teacher", {"samples": 2})
+        # Without the lock this would be "resume": the record says running while the other process makes it.
+        assert stage.open() == "done" and stage.summary() == {"kept": 3}
+    finally:
+        open(release, "w").close()
+        maker.join(timeout=60)
+    assert maker.exitcode == 0
+    again = Stage(directory, "teacher", {"samples": 2})
+    assert again.open() == "done"  # in this process too, reopening what it reused

@@ -5,6 +5,7 @@ model at an equal rollout budget, as two arms of the recipe runner over shared t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 
 from ml_collections import ConfigDict
@@ -37,7 +38,8 @@ async def arun_rl_init_ablation(config: ConfigDict, workdir: str, *, rerun: bool
             for stage in SHARED_STAGES:
                 link, target = os.path.join(directory, stage), os.path.join(workdir, "from_sft", stage)
                 if not os.path.lexists(link) and os.path.exists(target):
-                    os.symlink(os.path.abspath(target), link)
+                    with contextlib.suppress(FileExistsError):  # another run over this workdir linked it first
+                        os.symlink(os.path.abspath(target), link)
         results[name] = await run_recipe(GUI, arm, directory, rerun=rerun)
     write_json(os.path.join(workdir, "summary.json"), {name: r.to_dict() for name, r in results.items()})
     return results

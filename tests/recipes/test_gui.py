@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,10 +51,10 @@ def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
 @pytest.mark.slow
 def test_the_gui_recipe_end_to_end_in_both_arms_of_the_rl_init_ablation(orchestrator):
     """The smoke config through every stage, twice (RL from SFT and RL from the initial model), in
-    ``runs/gui_rl_init_small``: the workdir ``notebooks/gui_rl_init.ipynb`` uses in CI, so the notebook
-    (which runs after the tests) reuses these stages instead of training them again."""
+    ``runs/gui_rl_init_small``: the workdir ``notebooks/gui_rl_init.ipynb`` uses in CI, emptied when the
+    suite starts (tests/conftest.py). Whichever of the two runs first makes the stages; the other waits on
+    each stage's lock and reuses it, so they are trained once."""
     workdir = os.path.join(ROOT, "runs", "gui_rl_init_small")
-    shutil.rmtree(workdir, ignore_errors=True)
     config = get_config("smoke")
     config.env.update({"url": orchestrator.base_url, "api_key": orchestrator.api_key})
     results = run_rl_init_ablation(config, workdir)
