@@ -191,6 +191,10 @@ class Stage:
         _release(self.directory)
         self.state = "done"
 
+    def __del__(self) -> None:
+        if self.state in ("new", "resume"):  # dropped unfinished (its run failed): let another process have it
+            _release(self.directory)
+
     def summary(self) -> dict[str, Any]:
         """What :meth:`finish` recorded (empty before it)."""
         return (self.record() or {}).get("summary", {})
