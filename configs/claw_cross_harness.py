@@ -11,7 +11,7 @@ through orchard serve and the recording proxy): its steps, episodes at once and 
 Variants:
   tiny   the main job's scale.
   small  what CI's notebook runs: one task of each family to train on and one held out, a few SFT steps, short
-         episodes, one smolagents step. It checks that everything runs; its numbers mean nothing.
+         episodes, the 'both' arm, one smolagents step. It checks that everything runs; its numbers mean nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.teacher.update({"samples": 1, "variants": ("clean",)})
         config.sft.update({"num_steps": 4, "log_every": 2, "eval_every": 4, "checkpoint_every": 4, "batch_size": 1})
         config.rl.rollout.update({"max_new_tokens": 16, "max_turns": 2})
-        config.cross.update({"arms": ("claw", "both"), "third_party_max_turns": 1, "third_party_wall_clock_s": 120.0})
+        # One arm, the one that draws from both harnesses: every arm runs the same code.
+        config.cross.update({"arms": ("both",), "third_party_max_turns": 1, "third_party_wall_clock_s": 120.0})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny or small")
     return config

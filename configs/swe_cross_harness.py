@@ -11,7 +11,7 @@ wall clock. RL is not run.
 
 Variants:
   tiny   the main job's scale.
-  small  what CI's notebook runs: a few tasks, a few SFT steps, greedy passes only, one smolagents step.
+  small  what CI's notebook runs: a few tasks, the 'both' arm, a few SFT steps, greedy passes only, one smolagents step.
 """
 
 from __future__ import annotations
@@ -39,11 +39,14 @@ def get_config(arg: str | None = None) -> ConfigDict:
     if variant == "tiny":
         pass
     elif variant == "small":
-        config.tasks.count = 24
+        config.tasks.count = 12
         config.teacher.update({"samples": 1, "variants": ("clean",)})
         config.sft.update({"num_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2})
         config.rl.rollout.update({"max_turns": 2, "max_new_tokens": 32})
-        config.cross.update({"passes": ("greedy",), "third_party_max_turns": 1, "third_party_wall_clock_s": 120.0})
+        # One arm, the one that draws from both harnesses: every arm runs the same code (tests/recipes cover the
+        # split into arms).
+        config.cross.update({"arms": ("both",), "passes": ("greedy",), "third_party_max_turns": 1,
+                             "third_party_wall_clock_s": 120.0})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny or small")
     return config

@@ -60,8 +60,8 @@ def test_on_one_process_the_operations_are_the_plain_ones():
     assert jax.process_count() == 1
 
 
-def _learners(workdir: str, processes: int, extra_env: dict[str, str] | None = None) -> list[int]:
-    """Run tests/distributed_learner.py as ``processes`` processes over 4 CPU devices in all; their exit codes."""
+def _start(workdir: str, processes: int, extra_env: dict[str, str] | None = None) -> list:
+    """Start tests/distributed_learner.py as ``processes`` processes over 4 CPU devices in all."""
     env = {**os.environ, **(extra_env or {})}
     if processes > 1:
         env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}", JAX_NUM_PROCESSES=str(processes))
@@ -71,6 +71,11 @@ def _learners(workdir: str, processes: int, extra_env: dict[str, str] | None = N
         running.append((subprocess.Popen(
             [sys.executable, "-m", "tests.distributed_learner", workdir, str(4 // processes)], cwd=ROOT,
             env={**env, "JAX_PROCESS_ID": str(index)}, stdout=log, stderr=subprocess.STDOUT), log))
+    return running
+
+
+def _wait(running: list) -> list[int]:
+    """The exit codes of the processes :func:`_start` started."""
     codes = []
     for process, log in running:
         try:
@@ -79,6 +84,11 @@ def _learners(workdir: str, processes: int, extra_env: dict[str, str] | None = N
             process.kill()
             log.close()
     return codes
+
+
+def _learners(workdir: str, processes: int, extra_env: dict[str, str] | None = None) -> list[int]:
+    """Run tests/distributed_learner.py as ``processes`` processes over 4 CPU devices in all; their exit codes."""
+    return _wait(_start(workdir, processes, extra_env))
 
 
 def _log(workdir: str) -> str:
@@ -120,10 +130,12 @@ def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_ki
     for server in start_model_server(served_policy, str(tmp_path / "serve.log")):
         env = {"ORCHESTRATOR_URL": orchestrator.base_url, "ORCHESTRATOR_KEY": orchestrator.api_key,
                "SERVER_URL": server.url, "SERVED_DIR": served_policy}
-        assert _learners(single, 1, env) == [0], _log(single)
-        # Both processes die right after SFT step 5 (the last checkpoint is step 4's), then both restart
-        # (and RL's first sync serves the initial weights again).
-        assert _learners(killed, 2, {**env, "DIE_AFTER_STEP": "5"}) == [-9, -9]
+        # The one-process reference and the two processes that die right after SFT step 5 (the last checkpoint is
+        # step 4's) run at once (they share nothing but the orchestrator); then both restart (and RL's first sync
+        # serves the initial weights again).
+        reference, dying = _start(single, 1, env), _start(killed, 2, {**env, "DIE_AFTER_STEP": "5"})
+        assert _wait(dying) == [-9, -9]
+        assert _wait(reference) == [0], _log(single)
         assert sorted(map(int, os.listdir(os.path.join(killed, "sft", "checkpoints"))))[-1] == 4
         assert _learners(killed, 2, env) == [0, 0], _log(killed)
 

@@ -1,5 +1,5 @@
 """The GUI recipe: its config checks, its dry run, and the main job end to end on the smoke config (real
-Chromium, real MiniWoB pages, a tiny Qwen3-VL through every stage), in both arms of the RL-init ablation."""
+Chromium, real MiniWoB pages, a tiny Qwen3-VL through every stage); the RL-init notebook runs its second arm."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 from configs.gui_grpo import get_config
 from orchard.data.trajectory import read_trajectories
-from orchard.recipes.gui import GUI
-from orchard.recipes.gui_rl_init import held_out_curve, run_rl_init_ablation
+from orchard.recipes.gui import GUI, run
+from orchard.recipes.gui_rl_init import held_out_curve
 from orchard.recipes.runner import eval_directory
 from orchard.recipes.stages import episodes_path, sampled_change
 
@@ -49,47 +49,41 @@ def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_gui_recipe_end_to_end_in_both_arms_of_the_rl_init_ablation(orchestrator):
-    """The smoke config through every stage, twice (RL from SFT and RL from the initial model), in
-    ``runs/gui_rl_init_small``: the workdir ``notebooks/gui_rl_init.ipynb`` uses in CI, emptied when the
-    suite starts (tests/conftest.py). Whichever of the two runs first makes the stages; the other waits on
-    each stage's lock and reuses it, so they are trained once."""
+def test_the_gui_recipe_end_to_end(orchestrator):
+    """The smoke config through every stage in ``runs/gui_rl_init_small/from_sft``: the RL-init notebook's
+    first arm (``notebooks/gui_rl_init.ipynb`` runs both arms over the same workdir in CI; it is emptied
+    when the suite starts, tests/conftest.py). Whichever of the two gets to a stage first makes it; the
+    other waits on the stage's lock and reuses it, so the arm is trained once."""
     workdir = os.path.join(ROOT, "runs", "gui_rl_init_small")
     config = get_config("smoke")
     config.env.update({"url": orchestrator.base_url, "api_key": orchestrator.api_key})
-    results = run_rl_init_ablation(config, workdir)
+    arm = run(config, os.path.join(workdir, "from_sft"))
     summary = json.loads(Path(os.path.join(workdir, "from_sft", "summary.json")).read_text())
-    assert summary == results["from_sft"].to_dict()
+    assert summary == arm.to_dict()
     # 3 pages, ceil(3 x 0.3) = 1 held out whole; the other 2 have 2 SFT seeds, 2 RL seeds and 1 held-out seed each.
     assert summary["tasks"] == {"sft": 4, "rl": 4, "held_out_seed": 2, "held_out_task": 1}
     assert summary["teacher"]["kept"] == 4 and summary["teacher"]["success_rate"] == 1.0
-    for name, passes in (("from_sft", {"init": {"greedy"}, "sft": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}),
-                         ("from_init", {"init": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}})):
-        arm, start = results[name], "sft" if name == "from_sft" else "init"
-        for held_out in ("held_out_seed", "held_out_task"):
-            by_stage = arm.held_out[held_out]["browser"]
-            assert {stage: set(p) for stage, p in by_stage.items()} == passes
-            for stage, names in passes.items():
-                for pass_ in names:
-                    folder = eval_directory(os.path.join(workdir, name), held_out, "browser", stage, pass_)
-                    episodes = list(read_trajectories(episodes_path(folder)))
-                    assert len(episodes) == by_stage[stage][pass_]["episodes"] == arm.tasks[held_out]
-                    assert all(t.messages[2].images for t in episodes if t.outcome.reward is not None)
-            assert arm.changes[held_out]["browser"][f"rl_vs_{start}"] == sampled_change(
-                *(eval_directory(os.path.join(workdir, name), held_out, "browser", stage, "sampled")
-                  for stage in (start, "rl")))
-        # The step-budget curriculum: 1 step per episode in RL's first step, then 2; the same budget in both arms.
-        assert [arm.rl_metrics[step]["max_turns"] for step in (1, 2)] == [1.0, 2.0]
-        # Greedy held-out success midway (rl.eval_every = 1 of 2 steps): the curve's start, middle and end.
-        for held_out in ("held_out_seed", "held_out_task"):
-            assert 0.0 <= arm.rl_metrics[1][f"held_out_success/{held_out}"] <= 1.0
-            assert f"held_out_success/{held_out}" not in arm.rl_metrics[2]
-            assert [step for step, _ in held_out_curve(arm, held_out, start)] == [0, 1, 2]
-        assert 0.0 <= arm.extras["browser_share"]["rl"] <= 1.0 and arm.seconds["rl"] > 0
-    # Both arms share the tasks, the teacher and the tokenizer; only the first trains SFT.
-    assert os.path.realpath(os.path.join(workdir, "from_init", "tokenizer")) == os.path.join(workdir, "from_sft",
-                                                                                            "tokenizer")
-    assert not os.path.exists(os.path.join(workdir, "from_init", "sft"))
+    passes = {"init": {"greedy"}, "sft": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}
+    for held_out in ("held_out_seed", "held_out_task"):
+        by_stage = arm.held_out[held_out]["browser"]
+        assert {stage: set(p) for stage, p in by_stage.items()} == passes
+        for stage, names in passes.items():
+            for pass_ in names:
+                folder = eval_directory(os.path.join(workdir, "from_sft"), held_out, "browser", stage, pass_)
+                episodes = list(read_trajectories(episodes_path(folder)))
+                assert len(episodes) == by_stage[stage][pass_]["episodes"] == arm.tasks[held_out]
+                assert all(t.messages[2].images for t in episodes if t.outcome.reward is not None)
+        assert arm.changes[held_out]["browser"]["rl_vs_sft"] == sampled_change(
+            *(eval_directory(os.path.join(workdir, "from_sft"), held_out, "browser", stage, "sampled")
+              for stage in ("sft", "rl")))
+    # The step-budget curriculum: 1 step per episode in RL's first step, then 2.
+    assert [arm.rl_metrics[step]["max_turns"] for step in (1, 2)] == [1.0, 2.0]
+    # Greedy held-out success midway (rl.eval_every = 1 of 2 steps): the curve's start, middle and end.
+    for held_out in ("held_out_seed", "held_out_task"):
+        assert 0.0 <= arm.rl_metrics[1][f"held_out_success/{held_out}"] <= 1.0
+        assert f"held_out_success/{held_out}" not in arm.rl_metrics[2]
+        assert [step for step, _ in held_out_curve(arm, held_out, "sft")] == [0, 1, 2]
+    assert 0.0 <= arm.extras["browser_share"]["rl"] <= 1.0
     # SFT examples are the teacher's turns, each with its screenshot's features; the table names the images.
     data = os.path.join(workdir, "from_sft", "sft_data")
     examples = [json.loads(line) for line in Path(os.path.join(data, "train.jsonl")).read_text().splitlines()]
