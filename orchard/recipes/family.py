@@ -149,8 +149,8 @@ class Family:
         raise NotImplementedError
 
     def passes(self, stage: str, rl_start: str) -> tuple[str, ...]:
-        """Greedy at every stage; sampled where RL starts and after it."""
-        return PASSES if stage in (rl_start, "rl") or stage == "sft" else ("greedy",)
+        """Greedy at every stage; sampled too after SFT, where RL starts and after RL."""
+        return PASSES if stage in (rl_start, "sft", "rl") else ("greedy",)
 
     def eval_label(self, stage: str, pass_: str, held_out: str, harness: str) -> str:
         """The evaluation's name: its progress bar, and its episodes' seed purpose."""

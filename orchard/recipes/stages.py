@@ -14,7 +14,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from jax.sharding import Mesh
@@ -143,7 +143,6 @@ class Made:
 
     directory: str
     made_by: str
-    summary: dict[str, Any] = field(default_factory=dict)
 
 
 def tokenizer_stage(config: SharedStages, workdir: str, trajectories: Sequence[Trajectory], teacher: str,
@@ -172,11 +171,8 @@ def trained_policy(config: SharedStages, directory: str, mesh: Mesh | None = Non
     return build_model(replace(config.model, path=directory), config.seed, mesh=mesh)
 
 
-ExampleWriter = Callable[[str], dict[str, Any]]  # a folder -> what was written into it (train.jsonl, eval.jsonl)
-
-
-def sft_stage(config: SharedStages, workdir: str, examples_config: Any, write: ExampleWriter, tokenizer_dir: str,
-              inputs: dict[str, str], rerun: bool,
+def sft_stage(config: SharedStages, workdir: str, examples_config: Any, write: Callable[[str], dict[str, Any]],
+              tokenizer_dir: str, inputs: dict[str, str], rerun: bool,
               train_options: Callable[[str], dict[str, Any]] | None = None) -> Made:
     """SFT: the examples ``write`` puts into ``sft_data/`` (a stage of ``examples_config`` and ``inputs``),
     then :func:`~orchard.train.sft.train_and_evaluate` into ``sft/`` (``train_options(data folder)``: its
