@@ -69,14 +69,10 @@ run: run-deps $(RUN_STAMP)
 TEST_ENV := ORCHARD_NOTEBOOK_SMALL=1 JAX_COMPILATION_CACHE_DIR=$(CURDIR)/.cache/jax \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.1
 
-# The longest files first (the notebooks, the two-process learner, the recipes end to end), so that the two
-# workers finish together instead of one running a notebook alone at the end; pytest collects each path once.
-TEST_ORDER := notebooks tests/test_distributed.py tests/recipes tests
-
 test: test-deps $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) tests/fixtures/chat/qwen3_tokenizer.py
-	$(TEST_ENV) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) --nbmake $(TEST_ORDER)
+	$(TEST_ENV) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) --nbmake tests notebooks
 
 # google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own; so does
 # LiteLLM's proxy (its extra pins other FastAPI and uvicorn, and from 1.85 needs a package the registry lacks),

@@ -35,6 +35,14 @@ SHARED_SMOKE_WORKDIRS = ("gui_rl_init_small", "swe_ablations_small", "cross_harn
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The longest files first: the notebooks, then every file with a ``slow`` test, then the rest, each in
+    collection order. pytest-xdist hands out files in this order, so the two workers finish together instead of
+    one running a notebook alone at the end (the order is the same in every worker: it depends on the items only)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: 0 if item.path.suffix == ".ipynb" else 1 if item.path in slow else 2)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Start every run of the suite from empty smoke workdirs (in the controller, before any xdist worker
     starts), so nothing made by an earlier checkout's code is reused."""

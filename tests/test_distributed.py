@@ -86,11 +86,6 @@ def _wait(running: list) -> list[int]:
     return codes
 
 
-def _learners(workdir: str, processes: int, extra_env: dict[str, str] | None = None) -> list[int]:
-    """Run tests/distributed_learner.py as ``processes`` processes over 4 CPU devices in all; their exit codes."""
-    return _wait(_start(workdir, processes, extra_env))
-
-
 def _log(workdir: str) -> str:
     """The end of the controller's log (for a failed run's message)."""
     with open(f"{workdir}-0.log") as handle:
@@ -127,17 +122,19 @@ def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_ki
     from tests.conftest import start_model_server
 
     single, killed = str(tmp_path / "single"), str(tmp_path / "two")
-    for server in start_model_server(served_policy, str(tmp_path / "serve.log")):
-        env = {"ORCHESTRATOR_URL": orchestrator.base_url, "ORCHESTRATOR_KEY": orchestrator.api_key,
-               "SERVER_URL": server.url, "SERVED_DIR": served_policy}
-        # The one-process reference and the two processes that die right after SFT step 5 (the last checkpoint is
-        # step 4's) run at once (they share nothing but the orchestrator); then both restart (and RL's first sync
-        # serves the initial weights again).
-        reference, dying = _start(single, 1, env), _start(killed, 2, {**env, "DIE_AFTER_STEP": "5"})
-        assert _wait(dying) == [-9, -9]
-        assert _wait(reference) == [0], _log(single)
-        assert sorted(map(int, os.listdir(os.path.join(killed, "sft", "checkpoints"))))[-1] == 4
-        assert _learners(killed, 2, env) == [0, 0], _log(killed)
+    env = {"ORCHESTRATOR_URL": orchestrator.base_url, "ORCHESTRATOR_KEY": orchestrator.api_key,
+           "SERVED_DIR": served_policy}
+    # Each learner has a server of its own (RL syncs its weights into it), so the one-process reference runs
+    # beside the two processes that die right after SFT step 5 (the last checkpoint is step 4's) and beside
+    # their restart (whose RL's first sync serves the initial weights again).
+    for server in start_model_server(served_policy, str(tmp_path / "serve-single.log")):
+        for second in start_model_server(served_policy, str(tmp_path / "serve-two.log")):
+            reference = _start(single, 1, {**env, "SERVER_URL": server.url})
+            assert _wait(_start(killed, 2, {**env, "SERVER_URL": second.url, "DIE_AFTER_STEP": "5"})) == [-9, -9]
+            assert sorted(map(int, os.listdir(os.path.join(killed, "sft", "checkpoints"))))[-1] == 4
+            restarted = _start(killed, 2, {**env, "SERVER_URL": second.url})
+            assert _wait(reference) == [0], _log(single)
+            assert _wait(restarted) == [0, 0], _log(killed)
 
     # SFT: every step's loss, the eval loss and the exported model equal the one-process run's, bit for bit.
     expected, resumed = read_metrics(os.path.join(single, "sft")), read_metrics(os.path.join(killed, "sft"))
