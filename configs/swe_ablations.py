@@ -13,7 +13,8 @@ interval); ``rl.rollout_budget`` is the RL study's equal budget of rollouts gene
 
 Variants:
   tiny   the main job's scale (docs/benchmarks.md has what it measured and what it cost).
-  small  what CI's notebooks run: a few tasks, a few SFT steps, one seed, tiny budgets. Its numbers mean nothing.
+  small  what CI's notebooks run: a few tasks, a few SFT steps, one seed, two credit arms, tiny budgets. Its numbers
+         mean nothing.
 """
 
 from __future__ import annotations
@@ -50,11 +51,12 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.rl.update({"prompts_per_step": 2, "rollout_budget": 8, "rows": 8, "micro_rows": 4})
         config.rl.sampler.update({"group_size": 2, "max_budget": 4, "stride": 2})
         config.eval.samples = 2
-        config.credit.update({"arms": ("drop", "rise", "whole", "rise_matched_tokens"), "seeds": (0,),
+        # drop (the others' token budget) and rise at matched tokens: every arm runs the same code
+        config.credit.update({"arms": ("drop", "rise_matched_tokens"), "seeds": (0,),
                               "judge_trajectories": 1, "judge_max_tokens": 48})
         config.scale.update({"fractions": (0.5, 1.0), "selectors": ("random", "diverse"), "seeds": (0,)})
         config.rl_study.update({"samplers": ("bar", "fixed"), "seeds": (0,), "init_steps": (2, 4), "max_steps": 4,
-                                "eval_every": 1})
+                                "eval_every": 2})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny or small")
     return config

@@ -39,7 +39,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     if variant == "tiny":
         pass
     elif variant == "small":
-        config.tasks.count = 12
+        config.tasks.count = 8
         config.teacher.update({"samples": 1, "variants": ("clean",)})
         config.sft.update({"num_steps": 4, "eval_every": 4, "checkpoint_every": 4, "log_every": 2})
         config.rl.rollout.update({"max_turns": 2, "max_new_tokens": 32})
