@@ -48,7 +48,6 @@ from orchard.harness.claw import ClawHarness, claw_shell_harness
 from orchard.harness.core import Harness
 from orchard.harness.episode import EpisodeRunner, SandboxPool
 from orchard.recipes.family import Context, Family, Split, Teaching
-from orchard.recipes.runner import RecipeResult, run_recipe
 from orchard.recipes.sft_data import ExamplesConfig
 from orchard.recipes.stages import Made, SharedStages, message_texts, shared_stages, task_ids, text_sft_stage
 from orchard.tasks.claw.collect import collect
@@ -250,8 +249,3 @@ class ClawFamily(Family):
 
 
 CLAW = ClawFamily()
-
-
-def run(config: ConfigDict, workdir: str, *, rerun: bool = False) -> RecipeResult:
-    """The Claw recipe over ``workdir`` from synchronous code."""
-    return asyncio.run(run_recipe(CLAW, config, workdir, rerun=rerun))

@@ -26,7 +26,6 @@ more than the other.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -51,7 +50,6 @@ from orchard.harness.episode import EpisodeRunner, SandboxPool
 from orchard.models.build import build_model
 from orchard.models.transformer import Transformer
 from orchard.recipes.family import Context, Family, Split, Teaching
-from orchard.recipes.runner import RecipeResult, run_recipe
 from orchard.recipes.sft_data import build_turn_examples
 from orchard.recipes.stages import Made, SharedStages, message_texts, sft_stage, shared_stages
 from orchard.rollout.jax_engine import model_chat_format
@@ -284,8 +282,3 @@ class GUIFamily(Family):
 
 
 GUI = GUIFamily()
-
-
-def run(config: ConfigDict, workdir: str, *, rerun: bool = False) -> RecipeResult:
-    """The GUI recipe over ``workdir`` from synchronous code."""
-    return asyncio.run(run_recipe(GUI, config, workdir, rerun=rerun))

@@ -40,7 +40,6 @@ from orchard.harness.bash import BashHarness
 from orchard.harness.core import Harness, Limits
 from orchard.harness.episode import SetupCache
 from orchard.recipes.family import Context, Family, Split, Teaching
-from orchard.recipes.runner import RecipeResult, run_recipe
 from orchard.recipes.sft_data import ExamplesConfig
 from orchard.recipes.stages import Made, SharedStages, shared_stages, task_ids, text_sft_stage
 from orchard.tasks.swe.collect import CollectionConfig, collect
@@ -189,10 +188,3 @@ class SWEFamily(Family):
 
 
 SWE = SWEFamily()
-
-
-def run(config: ConfigDict, workdir: str, *, rerun: bool = False) -> RecipeResult:
-    """The SWE recipe over ``workdir`` from synchronous code."""
-    import asyncio
-
-    return asyncio.run(run_recipe(SWE, config, workdir, rerun=rerun))

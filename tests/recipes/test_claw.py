@@ -15,9 +15,9 @@ from configs.claw_cross_harness import get_config as cross_config
 from configs.claw_grpo import get_config
 from orchard.data.trajectory import read_trajectories
 from orchard.eval.claw_score import claw_table
-from orchard.recipes.claw import CLAW, PASS_K, run
+from orchard.recipes.claw import CLAW, PASS_K
 from orchard.recipes.report import summary_table
-from orchard.recipes.runner import eval_directory
+from orchard.recipes.runner import eval_directory, run
 from orchard.recipes.stages import STAGES, episodes_path, sampled_change
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -57,7 +57,7 @@ def test_the_claw_recipe_end_to_end(orchestrator, tmp_path):
     config = get_config("smoke")
     config.env.update({"url": orchestrator.base_url, "api_key": orchestrator.api_key})
     workdir = str(tmp_path / "claw")
-    result = run(config, workdir)
+    result = run(CLAW, config, workdir)
     summary = json.loads(Path(workdir, "summary.json").read_text())
     assert summary == result.to_dict()
     # 2 tasks a family, half held out: 5 training tasks (SFT's, and RL's prompts at rl_fraction 0), 5 held out.
@@ -88,5 +88,5 @@ def test_the_claw_recipe_end_to_end(orchestrator, tmp_path):
     assert summary_table(result, CLAW.measures).row_count == 2 * (3 + 3)  # each harness: its 3 stages, 3 changes
     # A rerun reuses every stage: no episode is run again.
     stamps = {p: p.stat().st_mtime_ns for p in Path(workdir, "eval").rglob("trajectories.jsonl")}
-    assert run(config, workdir).to_dict()["held_out"] == summary["held_out"]
+    assert run(CLAW, config, workdir).to_dict()["held_out"] == summary["held_out"]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps

@@ -13,9 +13,9 @@ import pytest
 
 from configs.gui_grpo import get_config
 from orchard.data.trajectory import read_trajectories
-from orchard.recipes.gui import GUI, run
+from orchard.recipes.gui import GUI
 from orchard.recipes.gui_rl_init import held_out_curve
-from orchard.recipes.runner import eval_directory
+from orchard.recipes.runner import eval_directory, run
 from orchard.recipes.stages import episodes_path, sampled_change
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -57,7 +57,7 @@ def test_the_gui_recipe_end_to_end(orchestrator):
     workdir = os.path.join(ROOT, "runs", "gui_rl_init_small")
     config = get_config("smoke")
     config.env.update({"url": orchestrator.base_url, "api_key": orchestrator.api_key})
-    arm = run(config, os.path.join(workdir, "from_sft"))
+    arm = run(GUI, config, os.path.join(workdir, "from_sft"))
     summary = json.loads(Path(os.path.join(workdir, "from_sft", "summary.json")).read_text())
     assert summary == arm.to_dict()
     # 3 pages, ceil(3 x 0.3) = 1 held out whole; the other 2 have 2 SFT seeds, 2 RL seeds and 1 held-out seed each.

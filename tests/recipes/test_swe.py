@@ -17,9 +17,9 @@ from configs.swe_bar import get_config
 from orchard.data.trajectory import Outcome, Trajectory, read_trajectories, save_trajectories
 from orchard.models import ModelConfig, Transformer, save_pretrained
 from orchard.recipes.report import plot_curves, summary_table
-from orchard.recipes.runner import RecipeResult, eval_directory
+from orchard.recipes.runner import RecipeResult, eval_directory, run
 from orchard.recipes.stages import episodes_path, sampled_change, trained_policy
-from orchard.recipes.swe import SWE, run, swe_config
+from orchard.recipes.swe import SWE, swe_config
 from orchard.tasks.swe.instance import SWEInstance, save_instances
 from orchard.tasks.swe.taskset import TaskSetConfig, split_task_set, unseen_tests
 
@@ -48,7 +48,7 @@ def test_training_tasks_too_few_to_split_into_sft_and_rl_are_a_clear_error(tmp_p
     config.tasks.update({"path": str(tmp_path / "instances.jsonl"), "held_out_helper_fraction": 0.0,
                          "held_out_fraction": 0.0, "rl_fraction": 0.5})
     with pytest.raises(ValueError, match="do not split into SFT and RL tasks"):
-        run(config, str(tmp_path / "run"))  # before any sandbox or model is started
+        run(SWE, config, str(tmp_path / "run"))  # before any sandbox or model is started
     assert not os.path.exists(tmp_path / "run" / "teacher")
 
 
