@@ -17,7 +17,7 @@ from typing import Any
 from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
-from orchard.config import ConfigError, fingerprint, missing_fields
+from orchard.config import ConfigError, missing_fields
 from orchard.data.images import ImageStore
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory
@@ -136,9 +136,6 @@ class Family:
     def fresh_model(self, ctx: Context, tokenizer: Tokenizer) -> Transformer:
         """The policy SFT starts from (and the one evaluated at init)."""
         return build_model(ctx.settings.model, ctx.settings.seed, tokenizer.vocab_size, ctx.mesh)
-
-    def init_made_by(self, ctx: Context, tokenizer: Made) -> str:
-        return fingerprint({"model": ctx.settings.model, "tokenizer": tokenizer.made_by, "seed": ctx.settings.seed})
 
     def sft(self, ctx: Context, workdir: str, trajectories: Sequence[Trajectory], tokenizer: Tokenizer,
             tokenizer_made: Made, inputs: dict[str, str]) -> Made:

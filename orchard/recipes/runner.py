@@ -217,6 +217,11 @@ def changes(root: str, held: HeldOut) -> dict[str, dict[str, dict[str, dict[str,
     return out
 
 
+def init_made_by(ctx: Context, tokenizer: Made) -> str:
+    """What the freshly initialised policy is made of: the model config, the tokenizer and the seed."""
+    return fingerprint({"model": ctx.settings.model, "tokenizer": tokenizer.made_by, "seed": ctx.settings.seed})
+
+
 def rl_start_policy(family: Family, ctx: Context, tokenizer: Tokenizer, init_made_by: str) -> tuple[str, str]:
     """Where RL starts without SFT: ``model.path``, or the freshly initialised model saved once."""
     settings = ctx.settings
@@ -239,9 +244,9 @@ async def run_recipe(family: Family, config: ConfigDict, workdir: str, *, rerun:
         rl_start = "sft" if settings.sft.num_steps else "init"
         ready = await prepare(family, ctx, clock)
         split, tokenizer = ready.split, ready.tokenizer
-        init_made_by = family.init_made_by(ctx, ready.tokenizer_made)
+        init = init_made_by(ctx, ready.tokenizer_made)
         merge(held, await evaluate(family, ctx, workdir, split, "init", family.passes("init", rl_start),
-                                   family.fresh_model(ctx, tokenizer), tokenizer, init_made_by))
+                                   family.fresh_model(ctx, tokenizer), tokenizer, init))
         clock.lap("evaluate")
         if settings.sft.num_steps:
             policy = family.sft(ctx, workdir, ready.teaching.trajectories, tokenizer, ready.tokenizer_made,
@@ -252,7 +257,7 @@ async def run_recipe(family: Family, config: ConfigDict, workdir: str, *, rerun:
             clock.lap("evaluate")
             policy_dir, policy_made_by = policy.directory, policy.made_by
         else:
-            policy_dir, policy_made_by = rl_start_policy(family, ctx, tokenizer, init_made_by)
+            policy_dir, policy_made_by = rl_start_policy(family, ctx, tokenizer, init)
         rl_dir = os.path.join(workdir, "rl")
         await train_rl(settings.rl, rl_dir, ctx.client, split.rl, family.rl_harness(ctx), policy=policy_dir,
                        tokenizer=ready.tokenizer_made.directory,
