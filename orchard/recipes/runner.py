@@ -222,7 +222,7 @@ def init_made_by(ctx: Context, tokenizer: Made) -> str:
     return fingerprint({"model": ctx.settings.model, "tokenizer": tokenizer.made_by, "seed": ctx.settings.seed})
 
 
-def rl_start_policy(family: Family, ctx: Context, tokenizer: Tokenizer, init_made_by: str) -> tuple[str, str]:
+def rl_start_policy(family: Family, ctx: Context, tokenizer: Tokenizer, init: str) -> tuple[str, str]:
     """Where RL starts without SFT: ``model.path``, or the freshly initialised model saved once."""
     settings = ctx.settings
     if settings.model.path:
@@ -231,7 +231,7 @@ def rl_start_policy(family: Family, ctx: Context, tokenizer: Tokenizer, init_mad
     if not os.path.exists(os.path.join(directory, "config.json")):
         save_pretrained(family.fresh_model(ctx, tokenizer), directory)
         tokenizer.save_pretrained(directory)
-    return directory, init_made_by
+    return directory, init
 
 
 async def run_recipe(family: Family, config: ConfigDict, workdir: str, *, rerun: bool = False) -> RecipeResult:
