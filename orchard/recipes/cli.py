@@ -84,7 +84,8 @@ def family_main(family: Family) -> Callable[[list[str]], None]:
 
     def finish(result: RecipeResult, workdir: str) -> None:
         plot = plot_curves(result, os.path.join(workdir, "held_out.png"), family.measures[0])
-        Console().print(summary_table(result, family.measures, family.title))
+        # Wide enough for the whole table when the output is a log file, not a terminal (rich's default is 80).
+        Console(width=None if sys.stdout.isatty() else 200).print(summary_table(result, family.measures, family.title))
         print(json.dumps({"workdir": workdir, "plot": plot, **headline(result, family.measures[0])}, indent=2))
 
     return recipe_main(functools.partial(run, family), family.check_config, finish)

@@ -184,4 +184,4 @@ def results_markdown(results: dict[str, RecipeResult], measures: dict[str, str])
                              f"+{change['tasks_up']:.0f} / -{change['tasks_down']:.0f} (p = {change['sign_test_p']:.2f})"
                              if change else None])
     return markdown_table(["main job", "held-out set", "harness", "measure", "init", "after SFT", "after RL",
-                           "RL change, tasks (sign test)"], rows, digits=3)
+                           "RL change in the sampled rate: tasks up / down (sign test)"], rows, digits=3)
