@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import grain
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from orchard.data.pipeline import ExampleSource, make_dataset, pack, write_array_record
+from orchard.data.pipeline import ExampleSource, make_dataset, pack, read_ahead, write_array_record
 from orchard.models.config import ModelConfig
 from orchard.models.transformer import Transformer
 
@@ -126,6 +127,22 @@ def test_seeded_shuffle_is_deterministic(tmp_path):
     two_epochs = order(0, num_epochs=2)
     assert sorted(two_epochs[:30]) == sorted(two_epochs[30:]) == list(range(30))
     assert two_epochs[:30] != two_epochs[30:]  # each epoch is reshuffled
+
+
+def test_the_pipeline_reads_only_a_few_batches_ahead(tmp_path, monkeypatch):
+    """A run that trains on one batch decodes about read_ahead's buffer, not Grain's default 500 examples."""
+    reads = []
+    read = ExampleSource.__getitem__
+    monkeypatch.setattr(ExampleSource, "__getitem__", lambda self, index: reads.append(index) or read(self, index))
+    path = write_jsonl(tmp_path / "train.jsonl", make_examples(600))
+    data = make_dataset(path, seq_len=16, batch_size=1, seed=0)
+    next(data)
+    settled = [-1]
+    while settled[-1] != len(reads):  # the prefetch threads stop at the buffer's bound
+        settled.append(len(reads))
+        threading.Event().wait(0.2)
+    bound = read_ahead(1)
+    assert 0 < len(reads) <= bound.prefetch_buffer_size + bound.num_threads + 16  # + what one packed row holds
 
 
 def test_shards_are_disjoint_and_cover_the_data(tmp_path):

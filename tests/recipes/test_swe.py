@@ -180,6 +180,7 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Orchard-SWE" in done.stdout and "BAR rollouts per group" in done.stdout
+    assert "held out helpers" in done.stdout and "…" not in done.stdout  # the whole table, though stdout is a pipe
     summary = json.loads((workdir / "summary.json").read_text())
     # 8 bugs in 7 helpers: ceil(7 x 0.14) = 1 helper (its one bug) held out, then 2 of the 7 others, then 5 by 1/5
     assert summary["tasks"] == {"sft": 4, "rl": 1, "held_out": 2, "held_out_helpers": 1}
