@@ -7,8 +7,9 @@
 * :func:`fork_and_claim` times ``sb.fork(1)`` and ``sb.fork(8)`` on a sandbox holding a small
   repository, and claims from a warm pool against plain creates.
 * :func:`soak` churns create, exec and delete for some minutes and counts, before and after, the
-  host's processes, mounts, the files under the state directory, the sandbox cgroups and the
-  orchestrator's memory. Anything left over is a leak.
+  host's processes, the mounts and files under the server's state directory, the sandbox cgroups
+  and the orchestrator's memory. Anything left over is a leak. As root, every other sandbox has a
+  disk quota, whose tmpfs is a mount on the host.
 
 All of them drive a real orchestrator (:func:`orchard.env.local_server`) through the async SDK.
 """
@@ -169,12 +170,18 @@ async def fork_and_claim(server: LocalServer, rounds: int = 10, pool_size: int =
             "pool_claim_ms": latency_stats(claims), "cold_create_ms": latency_stats(cold)}
 
 
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
 def leak_census(server: LocalServer) -> dict[str, int]:
     """What the host holds that sandboxes could leak."""
     import psutil
 
+    # Only this server's mounts: other servers on the host (a parallel test worker) mount and unmount too.
+    state_dir = os.path.realpath(server.state_dir)
     with open("/proc/self/mountinfo") as handle:
-        mounts = sum(1 for _ in handle)
+        mounts = sum(1 for line in handle if _under(line.split()[4], state_dir))
     files = sum(len(names) + len(dirs) for _, dirs, names in os.walk(server.state_dir))
     cgroups = LocalBackend(server.state_dir).cgroups
     orchestrator = psutil.Process(server.process.pid)
@@ -194,12 +201,15 @@ async def soak(server: LocalServer, minutes: float, concurrency: int = 4, progre
         before = leak_census(server)
         deadline = time.monotonic() + minutes * 60
         cycles, failures = 0, 0
+        quota = os.geteuid() == 0
 
         async def churn(bar: tqdm) -> None:
             nonlocal cycles, failures
             while time.monotonic() < deadline:
+                # Every other sandbox has a disk quota when the backend can enforce one: its tmpfs is a host mount.
+                spec = {"disk": "16Mi"} if quota and cycles % 2 else {}
                 try:
-                    async with client.create() as sandbox:
+                    async with client.create(**spec) as sandbox:
                         (await sandbox.exec("echo churn > f && cat f && ls /")).check()
                         await sandbox.write_file("data.bin", os.urandom(4096))
                         await sandbox.exec("sleep 0.05 &")
