@@ -44,6 +44,7 @@ from orchard.recipes.sft_data import ExamplesConfig
 from orchard.recipes.stages import Made, SharedStages, shared_stages, task_ids, text_sft_stage
 from orchard.tasks.swe.collect import CollectionConfig, collect
 from orchard.tasks.swe.instance import load_instances
+from orchard.tasks.swe.skills import split_by_skill
 from orchard.tasks.swe.task import swe_tasks
 from orchard.tasks.swe.taskset import GENERATION_FIELDS, TaskSetConfig, make_task_set, split_task_set
 from orchard.workdir import Stage, file_fingerprint
@@ -79,6 +80,8 @@ def tasks_stage(config: SWEConfig, workdir: str, rerun: bool) -> Split:
         tasks_made_by = file_fingerprint(config.tasks.path)
     else:
         generation = {"seed": config.seed, **{name: getattr(config.tasks, name) for name in GENERATION_FIELDS}}
+        if config.tasks.is_procedural:
+            generation["procedural"] = config.tasks.procedural
         stage = Stage(os.path.join(workdir, "tasks"), "tasks", generation)
         if stage.open(rerun) == "done":
             instances = load_instances(os.path.join(stage.directory, "instances.jsonl"))
@@ -86,6 +89,13 @@ def tasks_stage(config: SWEConfig, workdir: str, rerun: bool) -> Split:
             instances = make_task_set(config.tasks, stage.directory, config.seed)
             stage.finish({"instances": len(instances)})
         tasks_made_by = stage.fingerprint
+    if config.tasks.is_procedural:
+        skills = split_by_skill(instances, config.tasks.procedural, config.seed, config.tasks.rl_fraction)
+        log.info("skill split: combos held out %s; dropped %s", skills.combos, skills.dropped)
+        held_out = {"validation": skills.validation, **skills.held_out}
+        return Split(sft=swe_tasks(skills.sft), rl=swe_tasks(skills.rl or skills.sft),
+                     held_out={name: swe_tasks(tasks) for name, tasks in held_out.items() if tasks},
+                     made_by=tasks_made_by, extras={"unseen": frozenset(), "rl_tasks": len(skills.rl)})
     split = split_task_set(instances, config.tasks, config.seed)
     return Split(sft=swe_tasks(split.sft), rl=swe_tasks(split.rl_prompts),
                  held_out={"held_out": swe_tasks(split.held_out), "held_out_helpers": swe_tasks(split.held_out_helpers)},
@@ -133,6 +143,11 @@ class SWEFamily(Family):
         tasks, teacher, rl = config.tasks, config.teacher, config.rl
         if not tasks.path and not tasks.sources:
             problems.append("tasks: set tasks.path (instances.jsonl) or tasks.sources")
+        if tasks.is_procedural:
+            try:
+                tasks.procedural.check()
+            except ValueError as error:
+                problems.append(str(error))
         if rl.pass_filter.samples and not 0.0 <= rl.pass_filter.low < rl.pass_filter.high <= 1.0:
             problems.append("rl.pass_filter: need 0 <= low < high <= 1")
         for name in ("held_out_helper_fraction", "held_out_fraction", "rl_fraction"):
@@ -173,7 +188,7 @@ class SWEFamily(Family):
         return {"bash": BashHarness()}
 
     def eval_label(self, stage: str, pass_: str, held_out: str, harness: str) -> str:
-        suffix = HELD_OUT_SUFFIX[held_out] + ("" if harness == "bash" else f" {harness}")
+        suffix = HELD_OUT_SUFFIX.get(held_out, f" {held_out}") + ("" if harness == "bash" else f" {harness}")
         return f"eval {stage} {pass_}{suffix}"
 
     def eval_metrics(self, ctx: Context, split: Split, held_out: str, evaluation: Evaluation) -> dict[str, Any]:

@@ -253,7 +253,8 @@ def _instance(source: RepoSource, mutation: Mutation, original: str, buggy: str,
                   "description": mutation.description, "path": mutation.path, "function": mutation.function,
                   "line": mutation.line, "buggy_line": buggy_lines[mutation.line - 1],
                   "original_line": original.splitlines()[mutation.line - 1], "tests_visible": tests_visible,
-                  "withheld_tests": withheld})
+                  "withheld_tests": withheld, **source.tags,
+                  **source.function_tags.get(f"{mutation.path}:{mutation.function}", {})})
 
 
 def generate_task_set(sources: Sequence[RepoSource], count: int, out_dir: str, *, seed: int = 0,

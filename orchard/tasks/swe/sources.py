@@ -35,6 +35,10 @@ class RepoSource:
     entries: dict[str, str]  # repository path -> local file or directory
     test_dirs: tuple[str, ...]  # repository paths of the test directories
     ignore: tuple[str, ...] = field(default=DEFAULT_IGNORE)
+    # What instances from this source record in their metadata: about the source (a generated repository's
+    # style, vocabulary, constant range), and about the function a bug is in ("path:function" -> tags).
+    tags: dict[str, str] = field(default_factory=dict)
+    function_tags: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def _ignored(self, name: str) -> bool:
         return any(fnmatch.fnmatch(name, pattern) for pattern in self.ignore)

@@ -1,7 +1,8 @@
 """An SWE task set and its splits: the recipe's first stage.
 
-:class:`TaskSetConfig` names where the instances come from (a file, or synthetic bugs generated in
-the named sources) and how they split, in three seeded steps:
+:class:`TaskSetConfig` names where the instances come from: a file, synthetic bugs generated in the
+named sources, or (``sources=("procedural",)``) in generated repositories, which split by skill
+(:mod:`orchard.tasks.swe.skills`). The other sources split in three seeded steps:
 
 1. By helper: a ``held_out_helper_fraction`` of the helpers (the function a bug was put in, see
    :func:`helper_key`) is held out with all of its bugs, in ``held_out_helpers``: no bug of those
@@ -27,12 +28,15 @@ from orchard.eval.splits import split_by_id
 from orchard.tasks.swe.bugs import KINDS
 from orchard.tasks.swe.generate import generate_task_set
 from orchard.tasks.swe.instance import SWEInstance, load_instances
+from orchard.tasks.swe.skills import ProceduralConfig, write_sources
 from orchard.tasks.swe.sources import resolve_source
 
 log = logging.getLogger(__name__)
 
 
-GENERATION_FIELDS = ("path", "sources", "count", "kinds", "tests_visible")  # what the instances depend on
+# what the instances depend on (and, with generated repositories, tasks.procedural)
+GENERATION_FIELDS = ("path", "sources", "count", "kinds", "tests_visible")
+PROCEDURAL = "procedural"  # tasks.sources = ("procedural",): generated repositories, split by skill (.skills)
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,11 @@ class TaskSetConfig:
     held_out_helper_fraction: float = 0.14  # of the helpers, all of whose bugs are held out (module docstring)
     held_out_fraction: float = 0.16  # of the instances left after the held-out helpers
     rl_fraction: float = 0.2
+    procedural: ProceduralConfig = field(default_factory=ProceduralConfig)  # read with sources ("procedural",)
+
+    @property
+    def is_procedural(self) -> bool:
+        return tuple(self.sources) == (PROCEDURAL,) and not self.path
 
 
 @dataclass(frozen=True)
@@ -65,8 +74,12 @@ def make_task_set(config: TaskSetConfig, directory: str, seed: int) -> list[SWEI
     ``instances.jsonl``, ``repos/`` and ``report.json``)."""
     if config.path:
         return load_instances(config.path)
-    instances, report = generate_task_set([resolve_source(name) for name in config.sources], config.count,
-                                          directory, seed=seed, kinds=config.kinds,
+    if config.is_procedural:
+        sources, _ = write_sources(config.procedural, directory, seed)
+        count = config.procedural.bugs_per_repo * len(sources)
+    else:
+        sources, count = [resolve_source(name) for name in config.sources], config.count
+    instances, report = generate_task_set(sources, count, directory, seed=seed, kinds=config.kinds,
                                           tests_visible=config.tests_visible)
     log.info("generated %d tasks in %.0f s (%s)", len(instances), report.seconds, report.to_dict()["by_kind"])
     return instances
