@@ -13,6 +13,7 @@ docs/benchmarks.md, the choices below included.
 
 Variants:
   tiny           the default above.
+  skills         generated repositories split by skill, and a teacher that verifies (below).
   qwen3_30b_a3b  the paper's setup: Qwen3-30B-A3B from the SFT checkpoint that
                  configs/swe_sft.py:qwen3_30b_a3b exports (``upstream``; its ``export``,
                  checkpoints/qwen3_30b_a3b_sft, with the base model's tokenizer), rollouts from a vLLM
@@ -106,6 +107,19 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     if variant == "tiny":
         pass
+    elif variant == "skills":
+        # Generated repositories split by skill (orchard.tasks.swe.skills): held out by operation/bug-kind pair, by
+        # constant range, by vocabulary and by layout, settings chosen on `validation`; no two tasks share a gold
+        # line. The teacher verifies (runs the failing test, reads the traceback, re-runs it), recovers from a wrong
+        # edit, and its imperfect runs (a wrong edit, with or without the re-check) hold the localisation.
+        config.tasks.update({"sources": ("procedural",), "kinds": ("swap_operator", "change_constant", "off_by_one",
+                                                                   "invert_condition", "remove_statement")})
+        config.tasks.procedural = ConfigDict({
+            "repos": 24, "helpers": 10, "bugs_per_repo": 12, "styles": ("modules", "single", "src"),
+            "vocabularies": ("garden", "workshop", "kitchen", "harbor"), "constants": "small",
+            "held_out_style": "classes", "held_out_vocabulary": "sky", "held_out_constants": "large",
+            "held_out_repos": 3, "held_out_combos": 3, "validation_fraction": 0.1, "instance_fraction": 0.1})
+        config.teacher.update({"variants": ("clean", "recover", "fail", "unverified"), "brief": False})
     elif variant == "qwen3_30b_a3b":
         config.tasks.update({"path": "data/swe/instances.jsonl", "held_out_helper_fraction": 0.0,
                              "held_out_fraction": 0.0, "rl_fraction": 0.0})
@@ -132,5 +146,5 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.mesh.update({"fsdp": 16, "tp": 2, "ep": 2, "device": "tpu-v5p"})
         config.env.update({"url": "http://orchard-env.orchard.svc:8080", "backend": "kubernetes"})
     else:
-        raise ValueError(f"unknown variant {variant!r}: tiny or qwen3_30b_a3b")
+        raise ValueError(f"unknown variant {variant!r}: tiny, skills or qwen3_30b_a3b")
     return config

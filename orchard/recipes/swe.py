@@ -44,6 +44,7 @@ from orchard.recipes.sft_data import ExamplesConfig
 from orchard.recipes.stages import Made, SharedStages, shared_stages, task_ids, text_sft_stage
 from orchard.tasks.swe.collect import CollectionConfig, collect
 from orchard.tasks.swe.instance import load_instances
+from orchard.tasks.swe.oracle import VARIANTS as ORACLE_VARIANTS
 from orchard.tasks.swe.skills import split_by_skill
 from orchard.tasks.swe.task import swe_tasks
 from orchard.tasks.swe.taskset import GENERATION_FIELDS, TaskSetConfig, make_task_set, split_task_set
@@ -148,6 +149,11 @@ class SWEFamily(Family):
                 tasks.procedural.check()
             except ValueError as error:
                 problems.append(str(error))
+        if not teacher.url:
+            if unknown := [v for v in teacher.variants if v not in ORACLE_VARIANTS]:
+                problems.append(f"teacher.variants {unknown} are not among {', '.join(ORACLE_VARIANTS)}")
+            if teacher.brief and "recover" in teacher.variants:
+                problems.append("teacher.variants: recover reruns the tests, which teacher.brief leaves out")
         if rl.pass_filter.samples and not 0.0 <= rl.pass_filter.low < rl.pass_filter.high <= 1.0:
             problems.append("rl.pass_filter: need 0 <= low < high <= 1")
         for name in ("held_out_helper_fraction", "held_out_fraction", "rl_fraction"):

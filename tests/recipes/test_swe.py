@@ -126,6 +126,16 @@ def test_the_check_names_each_problem():
     assert "chat.format must be one of" in problems
 
 
+def test_the_skills_variant_passes_and_its_problems_are_named():
+    config = get_config("skills")
+    assert SWE.check_config(config) == []
+    config.tasks.procedural.held_out_vocabulary = "garden"  # also a training vocabulary
+    config.teacher.update({"brief": True, "variants": ("recover", "lucky")})
+    problems = "\n".join(SWE.check_config(config))
+    assert "also a training one" in problems and "['lucky'] are not among" in problems
+    assert "recover reruns the tests" in problems
+
+
 def test_a_field_that_does_not_fit_its_stage_is_named_before_anything_runs():
     config = get_config("tiny")
     config.tasks = ConfigDict({**config.tasks.to_dict(), "sources": "opkit,toolz"})  # a string where a list belongs

@@ -31,11 +31,10 @@ from orchard.harness.episode import EpisodeRunner, SetupCache
 from orchard.harness.policies import OpenAIChatPolicy
 from orchard.harness.task import Task
 from orchard.tasks.swe.instance import SWEInstance
-from orchard.tasks.swe.oracle import OracleTeacher, estimator_for
+from orchard.tasks.swe.oracle import VARIANTS, OracleTeacher, estimator_for
 from orchard.tasks.swe.task import SWETask
 
 TeacherFactory = Callable[[SWEInstance, str, int], Policy]  # (instance, harness name, sample index)
-VARIANTS = ("clean", "wander", "fail")
 TEACHER_KEY_ENV = "ORCHARD_TEACHER_API_KEY"  # the teacher endpoint's key: read from the environment, never a config
 
 
@@ -65,7 +64,7 @@ def make_teacher(url: str = "", model: str = "teacher", *, api_key: str = "EMPTY
         policy = OpenAIChatPolicy(url, model, api_key=api_key)
         return lambda instance, harness, k: policy
     if not variants:
-        raise ValueError("the oracle teacher needs at least one variant (clean, wander, fail)")
+        raise ValueError(f"the oracle teacher needs at least one variant ({', '.join(VARIANTS)})")
     return lambda instance, harness, k: OracleTeacher(instance, harness, variants[k % len(variants)], seed=k,
                                                       brief=brief)
 

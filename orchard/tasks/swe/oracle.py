@@ -10,12 +10,30 @@ environment interaction without an API key. Variants make the data realistic:
 - ``clean``: the straight path above;
 - ``wander``: the same, with one to three detours (listing, reading an unrelated file, a search
   that finds nothing useful) before it reads the right code;
-- ``fail``: it localises the bug correctly, then edits a wrong line next to it, sees the tests
-  still fail, and submits anyway. These are the unresolved trajectories whose rise segments cover
-  only the localisation.
+- ``recover``: it localises the bug, edits a wrong line next to it, reruns the failing tests and
+  sees them still fail, reverts that edit (``git checkout``), makes the right one, reruns, submits:
+  the check-and-retry behaviour verification exists for.
 
-``brief=True`` drops the two test runs (reproduce, re-check): search, read, edit, submit. It gives
-the short trajectories a tiny model can learn from in minutes (``configs/swe_bar.py:tiny``).
+And two imperfect teachers, whose failures hold real partial progress, labelled by their names
+(``oracle-fail``, ``oracle-unverified``):
+
+- ``fail``: it localises the bug correctly, then edits a wrong line next to it, sees the tests
+  still fail, and submits anyway;
+- ``unverified``: it localises the bug, makes the same wrong edit and submits without running the
+  tests again.
+
+These stand in for the paper's LLM teachers' failed runs, which often find the right code and then
+write a wrong fix: their rise segments cover the localisation and not the edit, which is what
+credit-assignment SFT keeps of them (and what the LLM-judge value estimator, reading the same
+transcript, scores as progress). Unlike an LLM's, the oracle's mistakes are scripted, always next to
+the bug and always one edit.
+
+The failing test run is read, not only shown: the search looks for the function the traceback names
+(``where X = name(...)``, or the deepest frame in a code file), as an engineer reading it would.
+
+``brief=True`` drops the test runs (reproduce, re-check): search, read, edit, submit. It gives
+the short trajectories a tiny model can learn from in minutes (``configs/swe_bar.py:tiny``); the
+``recover`` variant needs the re-check and is refused with it.
 
 The edits are in each harness's own idiom: a patch applied with ``git apply`` from a heredoc in the
 bash harness, ``str_replace_editor`` calls (one per hunk) in the CodeAct harness.
@@ -39,7 +57,9 @@ from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.workspace import REPO_DIR
 
 Style = Literal["bash", "codeact"]
-Variant = Literal["clean", "wander", "fail"]
+Variant = Literal["clean", "wander", "recover", "fail", "unverified"]
+VARIANTS: tuple[str, ...] = ("clean", "wander", "recover", "fail", "unverified")
+RESOLVING = ("clean", "wander", "recover")  # the variants that fix the bug
 
 
 def buggy_line(hunk: Hunk) -> tuple[int, str]:
@@ -104,6 +124,25 @@ def _fixed_line(hunk: Hunk) -> str | None:
     return next((line for line in hunk.new if line not in hunk.old), None)
 
 
+def _last_observation(conversation: Conversation) -> str:
+    """What the environment answered last (a tool message, or the user turn a text harness sends)."""
+    for message in reversed(conversation.messages):
+        if message.role in ("tool", "user"):
+            return message.content or ""
+    return ""
+
+
+def _traceback_function(output: str) -> str | None:
+    """The function a pytest failure names: the deepest frame outside the tests (``path:N: in name``),
+    else the call whose value an assertion compared (``where X = name(...)``)."""
+    frames = [name for path, name in re.findall(r"^([\w./-]+\.py):\d+: in (\w+)", output, re.MULTILINE)
+              if not re.search(r"(^|/)(tests?/|test_)", path)]
+    if frames:
+        return frames[-1]
+    called = re.findall(r"where .* = (?:[\w.]*\.)?(\w+)\(", output)
+    return called[0] if called else None
+
+
 @dataclass(frozen=True)
 class Step:
     thought: str
@@ -116,6 +155,10 @@ class OracleTeacher:
 
     def __init__(self, instance: SWEInstance, style: Style, variant: Variant = "clean", seed: int = 0, *,
                  brief: bool = False) -> None:
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown oracle variant {variant!r}; variants: {', '.join(VARIANTS)}")
+        if brief and variant == "recover":
+            raise ValueError("the recover variant reruns the tests, which the brief plan leaves out")
         self.instance, self.style, self.variant, self.brief = instance, style, variant, brief
         self.name = f"oracle-{variant}{'-brief' if brief else ''}"
         self.plan = self._plan(seeded_random(seed, "swe-oracle", instance.instance_id, style, variant))
@@ -126,9 +169,9 @@ class OracleTeacher:
         first = hunks[0]
         start = max(1, first.old_start - 8)
         end = first.old_start + len(first.old) + 8
+        rerun = Step("Let me run the failing tests again.", "bash", {"command": f"python -m pytest -q {tests}"})
         steps = [Step("Let me reproduce the failure first.", "bash", {"command": f"python -m pytest -q {tests}"}),
-                 Step(f"Let me find the code the failing tests exercise (`{_symbol(self.instance, first)}`).", "bash",
-                      {"command": f"grep -rn {shlex.quote(_symbol(self.instance, first))} --include=*.py . | head -20"})]
+                 Step("", "search", {"symbol": _symbol(self.instance, first)})]
         if self.variant == "wander":
             detours = [Step("Let me get an overview of the repository.", "bash", {"command": "ls -R | head -50"}),
                        Step("Maybe the README explains the expected behaviour.", "bash",
@@ -138,15 +181,30 @@ class OracleTeacher:
         if self.brief:
             steps.pop(0)
         steps.append(Step("", "view", {"path": first.path, "start": start, "end": end, "bug": buggy_line(first)[0]}))
-        if self.variant == "fail":
+        if self.variant in ("fail", "unverified", "recover"):
             steps.append(self._wrong_edit(first))
-        else:
+        if self.variant == "recover":
+            steps += [rerun, Step(f"The tests still fail, so that line was fine. Let me undo the change to "
+                                  f"{first.path}.", "bash", {"command": f"git checkout -- {shlex.quote(first.path)}"})]
+        if self.variant in RESOLVING:
             steps += [self._edit(hunk) for hunk in hunks]
-        if not self.brief:
-            steps.append(Step("Let me run the tests again.", "bash", {"command": f"python -m pytest -q {tests}"}))
-        steps.append(Step("The change is done; submitting." if self.variant != "fail"
-                          else "I could not make the tests pass; submitting what I have.", "finish", {}))
+        if not self.brief and self.variant != "unverified":
+            steps.append(rerun)
+        closing = {"fail": "I could not make the tests pass; submitting what I have.",
+                   "unverified": "That should be it; submitting."}
+        steps.append(Step(closing.get(self.variant, "The failing tests pass now; submitting." if not self.brief
+                                      else "The change is done; submitting."), "finish", {}))
         return steps
+
+    def _search(self, symbol: str, conversation: Conversation) -> Step:
+        """Search for what the last test run's traceback names, else ``symbol`` (the plan's guess)."""
+        reported = _traceback_function(_last_observation(conversation))
+        if reported:
+            symbol = f"def {reported}"
+            thought = f"The traceback points at `{reported}`; let me find it."
+        else:
+            thought = f"Let me find the code the failing tests exercise (`{symbol}`)."
+        return Step(thought, "bash", {"command": f"grep -rn {shlex.quote(symbol)} --include=*.py . | head -20"})
 
     def _view(self, path: str, start: int, end: int, bug: int, conversation: Conversation) -> Step:
         """Read the buggy code: from the definition the search found, as an engineer reads on from a
@@ -197,6 +255,8 @@ class OracleTeacher:
         step = self.plan[min(index, len(self.plan) - 1)]
         if step.tool == "view":
             step = self._view(**step.arguments, conversation=conversation)
+        elif step.tool == "search":
+            step = self._search(step.arguments["symbol"], conversation)
         if self.style == "bash":
             command = SUBMIT_COMMAND if step.tool == "finish" else step.arguments["command"]
             return Turn(Message(role="assistant", content=f"THOUGHT: {step.thought}\n\n```bash\n{command}\n```"))

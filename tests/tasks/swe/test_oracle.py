@@ -1,0 +1,77 @@
+"""The oracle teacher's plans: each variant's steps, and a search that reads the failing test's traceback."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchard.data.trajectory import Message
+from orchard.harness.core import Conversation
+from orchard.tasks.swe.oracle import VARIANTS, OracleTeacher, _traceback_function
+from orchard.tasks.swe.skills import ProceduralConfig
+from orchard.tasks.swe.taskset import TaskSetConfig, make_task_set
+
+ASSERTION = """    def test_grade_acorn():
+>       assert grade_acorn(9, -1) == 9
+E       assert -4 == 9
+E        +  where -4 = grade_acorn(9, -1)
+
+tests/test_rivers.py:5: AssertionError
+"""
+RAISED = """    def test_fold():
+>       assert fold_reed([]) == 3
+tests/test_reeds.py:9: in test_fold
+    assert fold_reed([]) == 3
+reedkit/reeds.py:14: in fold_reed
+    return pack_moss(xs)[0]
+reedkit/reeds.py:22: in pack_moss
+    return xs[-1] * 2
+E   IndexError: list index out of range
+"""
+
+
+def test_the_traceback_names_the_function_to_search_for():
+    assert _traceback_function(ASSERTION) == "grade_acorn"
+    assert _traceback_function(RAISED) == "pack_moss"  # the deepest frame in the code, not the test
+    assert _traceback_function("E   AssertionError: lists differ\n") is None
+    assert _traceback_function(ASSERTION.replace("grade_acorn(9", "Ops.grade_acorn(9")) == "grade_acorn"
+
+
+@pytest.fixture(scope="module")
+def instance(tmp_path_factory):
+    config = TaskSetConfig(sources=("procedural",), kinds=("swap_operator",),
+                           procedural=ProceduralConfig(repos=1, helpers=6, bugs_per_repo=1, held_out_repos=0))
+    return make_task_set(config, str(tmp_path_factory.mktemp("oracle")), seed=0)[0]
+
+
+def _tools(teacher: OracleTeacher) -> list[str]:
+    return [step.tool if step.tool != "bash" else step.arguments["command"].split()[0] for step in teacher.plan]
+
+
+def test_each_variant_plays_its_plan(instance):
+    plans = {variant: _tools(OracleTeacher(instance, "bash", variant)) for variant in VARIANTS}
+    assert plans["clean"] == ["python", "search", "view", "sed", "python", "finish"]
+    assert plans["recover"] == ["python", "search", "view", "sed", "python", "git", "sed", "python", "finish"]
+    assert plans["fail"] == ["python", "search", "view", "sed", "python", "finish"]
+    assert plans["unverified"] == ["python", "search", "view", "sed", "finish"]  # submits without a re-check
+    assert plans["wander"][-4:] == plans["clean"][-4:] and len(plans["wander"]) > len(plans["clean"])
+    recover = OracleTeacher(instance, "bash", "recover")
+    wrong, fix = recover.plan[3], recover.plan[6]
+    assert "# checked" in wrong.arguments["command"] and "# checked" not in fix.arguments["command"]
+    assert OracleTeacher(instance, "bash", "unverified").name == "oracle-unverified"
+    with pytest.raises(ValueError, match="brief plan"):
+        OracleTeacher(instance, "bash", "recover", brief=True)
+    with pytest.raises(ValueError, match="unknown oracle variant"):
+        OracleTeacher(instance, "bash", "lucky")
+
+
+def test_the_search_follows_the_traceback_it_was_shown(instance):
+    teacher = OracleTeacher(instance, "bash", "clean")
+    conversation = Conversation(messages=[Message(role="system", content="s"), Message(role="user", content="fix it")])
+    reproduce = asyncio.run(teacher.act(conversation))
+    assert "pytest" in reproduce.message.content
+    conversation.messages += [reproduce.message, Message(role="user", content=RAISED)]
+    search = asyncio.run(teacher.act(conversation))
+    assert "The traceback points at `pack_moss`" in search.message.content
+    assert "grep -rn 'def pack_moss'" in search.message.content
