@@ -91,13 +91,19 @@ class Tokenizer:
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int,
               special_tokens: Sequence[str] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
-              eos_token: str = "<|im_end|>") -> Tokenizer:
+              eos_token: str = "<|im_end|>", split_digits: bool = False) -> Tokenizer:
         """A byte-level BPE of ``vocab_size`` tokens learnt from ``texts``, with GPT-2's
         pre-tokenisation (as SmolLM2 and Qwen use) and every byte in the base alphabet, so any text
         encodes. For models trained from scratch on a narrow domain: a 2K vocabulary makes the output
-        layer, which dominates a tiny model's compute, 24x cheaper than SmolLM2's 49K."""
+        layer, which dominates a tiny model's compute, 24x cheaper than SmolLM2's 49K.
+
+        ``split_digits`` makes every digit its own token, as Llama's and Qwen's tokenizers do: a number
+        is then copied digit by digit, and a constant the training text never held (``27``) is as
+        writable as one it did, where a merged ``27`` would be a token the model never learnt."""
         backend = HFTokenizer(models.BPE())
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        backend.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                                 if split_digits else byte_level)
         backend.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(special_tokens), show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())

@@ -44,6 +44,7 @@ STAGES = ("init", "sft", "rl")
 class TokenizerConfig:
     path: str = ""  # a tokenizer (an HF directory, a .gguf, "smollm2"); empty: train one on the teacher text
     train_vocab: int = 2048
+    split_digits: bool = False  # a trained tokenizer's: one token a digit (orchard.data.tokenizer.Tokenizer.train)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ def tokenizer_stage(config: SharedStages, workdir: str, trajectories: Sequence[T
         if not any(corpus):
             raise ValueError("no teacher text to train a tokenizer on: set tokenizer.path or collect trajectories")
         extra = {"special_tokens": special_tokens} if special_tokens is not None else {}
-        Tokenizer.train(corpus, config.tokenizer.train_vocab, **extra).save_pretrained(stage.directory)
+        Tokenizer.train(corpus, config.tokenizer.train_vocab, split_digits=config.tokenizer.split_digits,
+                        **extra).save_pretrained(stage.directory)
         stage.finish()
     return Tokenizer.from_pretrained(stage.directory), Made(stage.directory, stage.fingerprint)
 

@@ -170,6 +170,20 @@ def test_a_trained_bpe_encodes_any_text_and_keeps_specials_out_of_it(tmp_path):
     assert loaded.encode(corpus[0]) == tokenizer.encode(corpus[0]) and loaded.eos_token == "<|im_end|>"
 
 
+def test_a_bpe_that_splits_digits_writes_numbers_it_never_saw_as_it_writes_the_ones_it_did(tmp_path):
+    corpus = ["return x + 3000 * 12 - 77\n", "sed -n '120,+15p' ops.py"] * 50
+    merged, split = Tokenizer.train(corpus, 300), Tokenizer.train(corpus, 300, split_digits=True)
+    assert len(merged.encode("3000")) < 4  # the other BPE merges digit runs
+    digits = [split.encode(d) for d in "0123456789"]
+    assert all(len(d) == 1 for d in digits)
+    for number in ("3000", "2718", "120"):  # seen or not, a number is its digits
+        assert split.encode(number) == [d for c in number for d in split.encode(c)]
+        assert split.decode(split.encode(f"x = {number}")) == f"x = {number}"
+    assert len(split.encode("return x")) < len("return x")  # words still merge
+    split.save_pretrained(str(tmp_path))
+    assert Tokenizer.from_pretrained(str(tmp_path)).encode("x + 2718") == split.encode("x + 2718")
+
+
 def test_a_config_names_the_chat_format(qwen3_tokenizer):
     from orchard.data.chat import CHAT_FORMATS, ChatMLFormat, make_chat_format
 

@@ -30,6 +30,7 @@ from orchard.harness.core import DEFAULT_MAX_TURNS, Harness, Limits, Policy
 from orchard.harness.episode import EpisodeRunner, SetupCache
 from orchard.harness.policies import OpenAIChatPolicy
 from orchard.harness.task import Task
+from orchard.seeds import derive_seed
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.oracle import VARIANTS, OracleTeacher, estimator_for
 from orchard.tasks.swe.task import SWETask
@@ -45,7 +46,7 @@ class CollectionConfig:
     url: str = ""  # an OpenAI-compatible teacher (its key in $ORCHARD_TEACHER_API_KEY); empty: the oracle teacher
     model: str = "teacher"
     samples: int = 2  # episodes per task and harness
-    variants: tuple[str, ...] = ("clean", "fail")  # the oracle teacher's, cycled over the samples
+    variants: tuple[str, ...] = ("clean", "fail")  # the oracle teacher's: a task's samples take consecutive ones
     brief: bool = True  # the oracle teacher's short plan: search, read, edit, submit
     concurrency: int = 4
     max_turns: int = DEFAULT_MAX_TURNS
@@ -58,15 +59,21 @@ class CollectionConfig:
 def make_teacher(url: str = "", model: str = "teacher", *, api_key: str = "EMPTY",
                  variants: Sequence[str] = VARIANTS, brief: bool = False) -> TeacherFactory:
     """The teacher of each (instance, harness, sample): the model at ``url`` (any OpenAI-compatible
-    endpoint) for all of them, or, without a URL, the oracle teacher, whose sample ``k`` plays
-    variant ``variants[k % len(variants)]``."""
+    endpoint) for all of them, or, without a URL, the oracle teacher, whose samples of a task play
+    consecutive variants from a seeded start."""
     if url:
         policy = OpenAIChatPolicy(url, model, api_key=api_key)
         return lambda instance, harness, k: policy
     if not variants:
         raise ValueError(f"the oracle teacher needs at least one variant ({', '.join(VARIANTS)})")
-    return lambda instance, harness, k: OracleTeacher(instance, harness, variants[k % len(variants)], seed=k,
-                                                      brief=brief)
+
+    def oracle(instance: SWEInstance, harness: str, k: int) -> OracleTeacher:
+        # the samples of a task take consecutive variants from a seeded start, so that with fewer samples than
+        # variants every variant still gets its share of the tasks
+        start = derive_seed(0, "oracle-variant", instance.instance_id) % len(variants)
+        return OracleTeacher(instance, harness, variants[(start + k) % len(variants)], seed=k, brief=brief)
+
+    return oracle
 
 
 @dataclass

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
 from orchard.data.trajectory import Message
 from orchard.harness.core import Conversation
+from orchard.tasks.swe.collect import make_teacher
 from orchard.tasks.swe.oracle import VARIANTS, OracleTeacher, _traceback_function
 from orchard.tasks.swe.skills import ProceduralConfig
 from orchard.tasks.swe.taskset import TaskSetConfig, make_task_set
@@ -75,3 +77,14 @@ def test_the_search_follows_the_traceback_it_was_shown(instance):
     search = asyncio.run(teacher.act(conversation))
     assert "The traceback points at `pack_moss`" in search.message.content
     assert "grep -rn 'def pack_moss'" in search.message.content
+
+
+def test_with_fewer_samples_than_variants_every_variant_gets_tasks(instance):
+    teacher = make_teacher(variants=VARIANTS)
+    plays = [[teacher(replace(instance, instance_id=f"task-{n}"), "bash", k).variant for k in range(2)]
+             for n in range(40)]
+    assert {variant for pair in plays for variant in pair} == set(VARIANTS)
+    for first, second in plays:  # a task's samples play consecutive variants
+        assert VARIANTS.index(second) == (VARIANTS.index(first) + 1) % len(VARIANTS)
+    assert plays == [[teacher(replace(instance, instance_id=f"task-{n}"), "bash", k).variant for k in range(2)]
+                     for n in range(40)]  # seeded
