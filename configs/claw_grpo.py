@@ -44,7 +44,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                  "harnesses": ("claw", "claw-shell"), "concurrency": 4})
     # GRPO in the ReAct harness; every stage evaluated in both.
     config.harness = ConfigDict({"rl": "claw", "eval": ("claw", "claw-shell"), "pool": 4})
-    config.tokenizer = ConfigDict({"path": "", "train_vocab": 2048})
+    config.tokenizer = ConfigDict({"path": "", "train_vocab": 2048, "split_digits": False})
     config.chat = ConfigDict({"format": "qwen3"})
 
     # The policy: the tiny Llama-style model from scratch. A teacher episode is 1,300-5,000 tokens of the BPE

@@ -49,7 +49,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # Stage 2: the oracle teacher, one episode per SFT instance; the shortest success per instance, K per page.
     config.teacher = ConfigDict({"samples": 1, "cap_per_site": 20, "max_turns": 8, "concurrency": 2})
     config.harness = ConfigDict({"elements": False, "pool": 4})
-    config.tokenizer = ConfigDict({"path": "", "train_vocab": 2048})
+    config.tokenizer = ConfigDict({"path": "", "train_vocab": 2048, "split_digits": False})
     config.chat = ConfigDict({"format": "qwen3_vl"})
 
     # The policy: a tiny Qwen3-VL (2 text layers of width 64; 2 vision blocks over 16-pixel patches merged 2x2: a

@@ -53,12 +53,21 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                "kinds": ("swap_operator", "change_constant", "off_by_one", "invert_condition"),
                                "tests_visible": True})
 
+    # With sources ("procedural",): generated repositories and their skill splits (orchard.tasks.swe.skills; the
+    # fractions above are then unused but rl_fraction).
+    config.tasks.procedural = ConfigDict({
+        "repos": 24, "helpers": 10, "bugs_per_repo": 12, "styles": ("modules", "single", "src"),
+        "vocabularies": ("garden", "workshop", "kitchen", "harbor"), "constants": "small",
+        "held_out_style": "classes", "held_out_vocabulary": "sky", "held_out_constants": "large",
+        "held_out_repos": 3, "held_out_combos": 3, "validation_fraction": 0.1, "instance_fraction": 0.1})
+
     # Stage 2: teacher trajectories with the bash harness. No teacher URL: the oracle teacher.
     config.teacher = ConfigDict({"url": "", "model": "teacher", "samples": 2, "variants": ("clean", "fail"),
                                  "brief": True, "concurrency": 4, "max_turns": 12})
 
-    # The tokenizer: a BPE of `train_vocab` tokens trained on the collected text, or `path`.
-    config.tokenizer = ConfigDict({"path": "", "train_vocab": 2048})
+    # The tokenizer: a BPE of `train_vocab` tokens trained on the collected text (one token a digit with split_digits),
+    # or `path`.
+    config.tokenizer = ConfigDict({"path": "", "train_vocab": 2048, "split_digits": False})
     config.chat = ConfigDict({"format": "qwen3"})  # orchard.data.chat.CHAT_FORMATS
 
     # The policy: a fresh tiny model (its vocabulary from the tokenizer), or `path`. The output layer over SmolLM2's
@@ -114,11 +123,6 @@ def get_config(arg: str | None = None) -> ConfigDict:
         # edit, and its imperfect runs (a wrong edit, with or without the re-check) hold the localisation.
         config.tasks.update({"sources": ("procedural",), "kinds": ("swap_operator", "change_constant", "off_by_one",
                                                                    "invert_condition", "remove_statement")})
-        config.tasks.procedural = ConfigDict({
-            "repos": 24, "helpers": 10, "bugs_per_repo": 12, "styles": ("modules", "single", "src"),
-            "vocabularies": ("garden", "workshop", "kitchen", "harbor"), "constants": "small",
-            "held_out_style": "classes", "held_out_vocabulary": "sky", "held_out_constants": "large",
-            "held_out_repos": 3, "held_out_combos": 3, "validation_fraction": 0.1, "instance_fraction": 0.1})
         config.teacher.update({"variants": ("clean", "recover", "fail", "unverified"), "brief": False})
     elif variant == "qwen3_30b_a3b":
         config.tasks.update({"path": "data/swe/instances.jsonl", "held_out_helper_fraction": 0.0,

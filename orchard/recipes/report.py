@@ -46,13 +46,13 @@ def summary_table(result: RecipeResult, measures: tuple[str, ...] = ("resolve_ra
         table.add_column(column, no_wrap=True)
     for held_out, harnesses in result.held_out.items():
         for harness, stages in harnesses.items():
-            for stage in (s for s in STAGES if s in stages):
+            for stage in [*(s for s in STAGES if s in stages), *(s for s in stages if s not in STAGES)]:
                 for pass_, metrics in stages[stage].items():
                     k = int(metrics.get("k", 1))
                     apart = (f"; {round(metrics['unseen_test_resolve_rate'] * metrics['unseen_test_episodes'])}/"
                              f"{int(metrics['unseen_test_episodes'])} unseen test"
                              if metrics.get("unseen_test_episodes") else "")
-                    table.add_row(held_out.replace("_", " "), harness, STAGE_LABELS[stage], pass_,
+                    table.add_row(held_out.replace("_", " "), harness, STAGE_LABELS.get(stage, stage), pass_,
                                   *(_cell(metrics, m) for m in measures),
                                   f"{int(metrics['episodes'])} ({int(metrics['tasks_solved'])} tasks solved{apart})",
                                   f"{metrics['pass_at_k']:.3f} / {metrics['pass_hat_k']:.3f} (k={k})" if k > 1 else "")
