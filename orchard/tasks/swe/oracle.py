@@ -169,8 +169,10 @@ class OracleTeacher:
         first = hunks[0]
         start = max(1, first.old_start - 8)
         end = first.old_start + len(first.old) + 8
-        rerun = Step("Let me run the failing tests again.", "bash", {"command": f"python -m pytest -q {tests}"})
-        steps = [Step("Let me reproduce the failure first.", "bash", {"command": f"python -m pytest -q {tests}"}),
+        # short tracebacks, no summary: the frames and the failed assertion, in half the text of pytest's default
+        run = f"python -m pytest -q --tb=short -rN {tests}"
+        rerun = Step("Let me run the failing tests again.", "bash", {"command": run})
+        steps = [Step("Let me reproduce the failure first.", "bash", {"command": run}),
                  Step("", "search", {"symbol": _symbol(self.instance, first)})]
         if self.variant == "wander":
             detours = [Step("Let me get an overview of the repository.", "bash", {"command": "ls -R | head -50"}),
