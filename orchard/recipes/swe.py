@@ -43,7 +43,8 @@ from orchard.recipes.family import Context, Family, Split, Teaching
 from orchard.recipes.sft_data import ExamplesConfig
 from orchard.recipes.stages import Made, SharedStages, shared_stages, task_ids, text_sft_stage
 from orchard.tasks.swe.collect import CollectionConfig, collect
-from orchard.tasks.swe.instance import load_instances
+from orchard.tasks.swe.diffs import parse_patch
+from orchard.tasks.swe.instance import SWEInstance, load_instances
 from orchard.tasks.swe.oracle import VARIANTS as ORACLE_VARIANTS
 from orchard.tasks.swe.skills import split_by_skill
 from orchard.tasks.swe.task import swe_tasks
@@ -125,6 +126,26 @@ async def teacher_stage(ctx: Context, split: Split, harnesses: Sequence[Harness]
     return Teaching(report.kept, report.summary(), stage.fingerprint)
 
 
+def localisation_rates(trajectories: Sequence[Trajectory], instances: dict[str, SWEInstance]) -> dict[str, float]:
+    """How far episodes got on the way to a fix, as shares of the episodes (diagnostics for a resolve rate
+    that does not move): the first action names the failing test's file (copied from the task), some action
+    names the buggy file, some action names the buggy function."""
+    first_names_test = names_file = names_function = 0
+    for trajectory in trajectories:
+        instance = instances[trajectory.task_id]
+        actions = [(m.content or "") + " ".join(str(call.arguments) for call in m.tool_calls or ())
+                   for m in trajectory.messages if m.role == "assistant"]
+        test_file = instance.FAIL_TO_PASS[0].split("::", 1)[0] if instance.FAIL_TO_PASS else None
+        path = instance.metadata.get("path") or parse_patch(instance.patch)[0].path
+        function = str(instance.metadata.get("function", "")).rsplit(".", 1)[-1]
+        first_names_test += bool(actions and test_file and test_file in actions[0])
+        names_file += any(path in action for action in actions)
+        names_function += bool(function) and any(function in action for action in actions)
+    count = max(1, len(trajectories))
+    return {"first_action_names_failing_test": first_names_test / count, "names_buggy_file": names_file / count,
+            "names_buggy_function": names_function / count}
+
+
 class SWEFamily(Family):
     """``teacher_harnesses``: the harnesses the teacher runs in (the cross-harness study's two; the main
     job's bash harness)."""
@@ -198,10 +219,11 @@ class SWEFamily(Family):
         return f"eval {stage} {pass_}{suffix}"
 
     def eval_metrics(self, ctx: Context, split: Split, held_out: str, evaluation: Evaluation) -> dict[str, Any]:
+        metrics = localisation_rates(evaluation.trajectories, {t.id: t.instance for t in split.held_out[held_out]})
         if held_out != "held_out":
-            return {}
+            return metrics
         apart = [t.outcome.resolved for t in evaluation.trajectories if t.task_id in split.extras["unseen"]]
-        return {"unseen_test_episodes": float(len(apart)),
+        return {**metrics, "unseen_test_episodes": float(len(apart)),
                 "unseen_test_resolve_rate": sum(apart) / len(apart) if apart else 0.0}
 
     def rl_options(self, ctx: Context, split: Split) -> dict[str, Any]:

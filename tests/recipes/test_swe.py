@@ -248,3 +248,25 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
             "init": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}
         assert summary["changes"][key]["bash"] == {"rl_vs_init": sampled_change(
             *(eval_directory(str(start), key, "bash", stage, "sampled") for stage in ("init", "rl")))}
+
+
+def test_localisation_rates_say_how_far_episodes_got():
+    from orchard.data.trajectory import Message
+    from orchard.recipes.swe import localisation_rates
+
+    instance = SWEInstance(instance_id="kit__bug-1", repo="procedural/kit", base_commit="c", problem_statement="",
+                           FAIL_TO_PASS=("tests/test_ropes.py::test_score_broth",),
+                           metadata={"path": "kit/ropes.py", "function": "RopeOps.score_broth"})
+
+    def episode(*commands: str) -> Trajectory:
+        return Trajectory(task_id=instance.instance_id, messages=[
+            Message(role="user", content="fix tests/test_ropes.py"),
+            *(Message(role="assistant", content=f"THOUGHT: go\n```bash\n{c}\n```") for c in commands)],
+                          outcome=Outcome(reward=-1.0, resolved=False))
+
+    rates = localisation_rates([
+        episode("python -m pytest -q tests/test_ropes.py::test_score_broth", "nl -ba kit/ropes.py"),  # all three
+        episode("python -m pytest -q tests/test_mosss.py::test_mend_gasket", "grep -rn 'def score_broth' ."),
+        episode("ls")], {instance.instance_id: instance})
+    assert rates == {"first_action_names_failing_test": 1 / 3, "names_buggy_file": 1 / 3,
+                     "names_buggy_function": 2 / 3}
