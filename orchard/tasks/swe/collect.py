@@ -53,14 +53,14 @@ class CollectionConfig:
 
     def teacher(self) -> TeacherFactory:
         return make_teacher(self.url, self.model, api_key=os.environ.get(TEACHER_KEY_ENV, "EMPTY"),
-                            variants=self.variants, brief=self.brief)
+                            variants=self.variants, brief=self.brief, samples=self.samples)
 
 
 def make_teacher(url: str = "", model: str = "teacher", *, api_key: str = "EMPTY",
-                 variants: Sequence[str] = VARIANTS, brief: bool = False) -> TeacherFactory:
+                 variants: Sequence[str] = VARIANTS, brief: bool = False, samples: int | None = None) -> TeacherFactory:
     """The teacher of each (instance, harness, sample): the model at ``url`` (any OpenAI-compatible
-    endpoint) for all of them, or, without a URL, the oracle teacher, whose samples of a task play
-    consecutive variants from a seeded start."""
+    endpoint) for all of them, or, without a URL, the oracle teacher: sample ``k`` of a task plays variant
+    ``k``, or, when a task gets ``samples`` fewer than the variants, consecutive ones from a seeded start."""
     if url:
         policy = OpenAIChatPolicy(url, model, api_key=api_key)
         return lambda instance, harness, k: policy
@@ -68,9 +68,10 @@ def make_teacher(url: str = "", model: str = "teacher", *, api_key: str = "EMPTY
         raise ValueError(f"the oracle teacher needs at least one variant ({', '.join(VARIANTS)})")
 
     def oracle(instance: SWEInstance, harness: str, k: int) -> OracleTeacher:
-        # the samples of a task take consecutive variants from a seeded start, so that with fewer samples than
-        # variants every variant still gets its share of the tasks
-        start = derive_seed(0, "oracle-variant", instance.instance_id) % len(variants)
+        # with fewer samples a task than variants, a task's samples take consecutive variants from a seeded start,
+        # so that every variant still gets its share of the tasks; otherwise sample k plays variant k
+        spread = samples is not None and samples < len(variants)
+        start = derive_seed(0, "oracle-variant", instance.instance_id) % len(variants) if spread else 0
         return OracleTeacher(instance, harness, variants[(start + k) % len(variants)], seed=k, brief=brief)
 
     return oracle

@@ -125,7 +125,10 @@ def _fixed_line(hunk: Hunk) -> str | None:
 
 
 def _last_observation(conversation: Conversation) -> str:
-    """What the environment answered last (a tool message, or the user turn a text harness sends)."""
+    """What the environment answered the agent's last action (a tool message, or the user turn a text harness
+    sends); empty before the first action (the task's own text is not an observation)."""
+    if not any(message.role == "assistant" for message in conversation.messages):
+        return ""
     for message in reversed(conversation.messages):
         if message.role in ("tool", "user"):
             return message.content or ""

@@ -77,10 +77,16 @@ def test_the_search_follows_the_traceback_it_was_shown(instance):
     search = asyncio.run(teacher.act(conversation))
     assert "The traceback points at `pack_moss`" in search.message.content
     assert "grep -rn 'def pack_moss'" in search.message.content
+    # the brief plan searches first: the task's text (which quotes a traceback too) is not an observation
+    brief = OracleTeacher(instance, "bash", "clean", brief=True)
+    first = asyncio.run(brief.act(Conversation(messages=[Message(role="system", content="s"),
+                                                         Message(role="user", content=RAISED)])))
+    assert "Let me find the code the failing tests exercise" in first.message.content
 
 
 def test_with_fewer_samples_than_variants_every_variant_gets_tasks(instance):
-    teacher = make_teacher(variants=VARIANTS)
+    assert [make_teacher(variants=VARIANTS)(instance, "bash", k).variant for k in range(5)] == list(VARIANTS)
+    teacher = make_teacher(variants=VARIANTS, samples=2)
     plays = [[teacher(replace(instance, instance_id=f"task-{n}"), "bash", k).variant for k in range(2)]
              for n in range(40)]
     assert {variant for pair in plays for variant in pair} == set(VARIANTS)
