@@ -55,7 +55,6 @@ VOCABULARIES: dict[str, tuple[str, ...]] = {
             "galaxy", "photon", "solstice", "cosmos", "vega", "corona", "equinox"),
 }
 CONSTANT_RANGES: dict[str, tuple[int, int]] = {"small": (2, 9), "large": (11, 29)}
-ARG_TYPES = ("int", "str", "list")
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ class Helper:
     """One generated function: its name, typed parameters, body lines and operation."""
 
     name: str
-    params: list[tuple[str, str]]  # (name, type) in the order of the signature
+    params: list[tuple[str, str]]  # (name, type: "int", "str" or "list") in the order of the signature
     body: list[str]  # without indentation
     operation: str
     doc: str
@@ -276,7 +275,7 @@ def _draw_input(rng: random.Random, kind: str, high: int) -> Any:
 
 
 def _layout(spec: RepoSpec, modules: list[str]) -> dict[str, str]:
-    """module name -> repository path of its file, and the import path tests use."""
+    """Module name -> the repository path of its file."""
     if spec.style == "single":
         return {modules[0]: f"{spec.name}.py"}
     prefix = "src/" if spec.style == "src" else ""
