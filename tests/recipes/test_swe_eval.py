@@ -8,13 +8,16 @@ import os
 
 import pytest
 from flax import nnx
+from rich.console import Console
 
 from configs.swe_eval import get_config
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import read_trajectories
 from orchard.models import ModelConfig, Transformer, save_pretrained
+from orchard.recipes.report import summary_table
 from orchard.recipes.runner import eval_directory
 from orchard.recipes.stages import episodes_path
+from orchard.recipes.swe import SWE
 from orchard.recipes.swe_eval import EVAL_SET, STAGE, check, run_eval
 from orchard.tasks.swe.instance import save_instances
 from orchard.tasks.swe.skills import ProceduralConfig
@@ -60,6 +63,10 @@ def test_a_policy_is_evaluated_greedy_and_sampled_with_the_main_jobs_metrics(pol
         episodes = list(read_trajectories(episodes_path(folder)))
         assert len(episodes) == count * samples and all(e.outcome.resolved is not None for e in episodes)
     assert run_eval(config, str(tmp_path)).to_dict()["held_out"] == summary["held_out"]  # reused, not rerun
+    console = Console(width=200, record=True)
+    console.print(summary_table(result, SWE.measures))
+    rows = [line for line in console.export_text().splitlines() if f" {STAGE} " in line]
+    assert len(rows) == 2 and any("greedy" in row for row in rows)  # the stage the main job has not, by name
 
 
 def test_what_it_cannot_evaluate_is_named_before_it_starts(orchestrator, tmp_path):

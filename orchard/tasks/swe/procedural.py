@@ -311,7 +311,7 @@ def write_repository(spec: RepoSpec, dest: str) -> GeneratedRepo:
         helper.cases = _expected(helper, [h for h in helpers if h.module == module], spec, classes[module], rng, high)
         if helper.cases:
             helpers.append(helper)
-    files = _render(spec, modules, classes, helpers, rng, high)
+    files = _render(spec, modules, classes, helpers, rng)
     for path, text in files.items():
         target = os.path.join(dest, path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -368,7 +368,7 @@ def _expected(helper: Helper, earlier: list[Helper], spec: RepoSpec, klass: str,
 
 
 def _render(spec: RepoSpec, modules: list[str], classes: dict[str, str], helpers: list[Helper],
-            rng: random.Random, high: int) -> dict[str, str]:
+            rng: random.Random) -> dict[str, str]:
     layout = _layout(spec, modules)
     files: dict[str, str] = {}
     for module in modules:

@@ -105,15 +105,10 @@ def procedural_specs(config: ProceduralConfig, seed: int) -> dict[str, list[Repo
     return specs
 
 
-def write_sources(config: ProceduralConfig, directory: str, seed: int) -> tuple[list[RepoSource], dict[str, str]]:
-    """Write every repository under ``<directory>/sources/``; (their sources, source name -> axis)."""
-    sources, axes = [], {}
-    for axis, specs in procedural_specs(config, seed).items():
-        for spec in specs:
-            repo = write_repository(spec, os.path.join(directory, "sources", spec.name))
-            sources.append(repo.source(axis=axis))
-            axes[spec.name] = axis
-    return sources, axes
+def write_sources(config: ProceduralConfig, directory: str, seed: int) -> list[RepoSource]:
+    """Write every repository under ``<directory>/sources/``; their sources, each tagged with its axis."""
+    return [write_repository(spec, os.path.join(directory, "sources", spec.name)).source(axis=axis)
+            for axis, specs in procedural_specs(config, seed).items() for spec in specs]
 
 
 def held_out_combos(count: int, pairs: Iterable[tuple[str, str]], seed: int) -> list[tuple[str, str]]:

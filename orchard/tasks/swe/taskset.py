@@ -75,7 +75,7 @@ def make_task_set(config: TaskSetConfig, directory: str, seed: int) -> list[SWEI
     if config.path:
         return load_instances(config.path)
     if config.is_procedural:
-        sources, _ = write_sources(config.procedural, directory, seed)
+        sources = write_sources(config.procedural, directory, seed)
         count = config.procedural.bugs_per_repo * len(sources)
     else:
         sources, count = [resolve_source(name) for name in config.sources], config.count
