@@ -228,10 +228,40 @@ def start_model_server(model_path: str, log_path: str, extra: Sequence[str] = ()
 
 @pytest.fixture(scope="session")
 def smollm2_server(tmp_path_factory) -> Iterator[ModelProcess]:
-    """One ``orchard serve`` of the shipped SmolLM2 for the session (server, proxy and training tests)."""
+    """One ``orchard serve`` of the shipped SmolLM2 for the session: for the tests of what the server computes
+    (its tokens against transformers', its logprobs, its batching)."""
     from orchard.models.shipped import smollm2_gguf
 
     yield from start_model_server(smollm2_gguf(), str(tmp_path_factory.mktemp("serve") / "smollm2.log"))
+
+
+@pytest.fixture(scope="session")
+def random_policy(tmp_path_factory) -> str:
+    """A random one-layer policy over SmolLM2's vocabulary, saved with SmolLM2's tokenizer and chat template.
+
+    The harness, proxy and learner tests serve it where what the model says does not matter, only that every
+    token recorded is the server's: a third-party harness's prompt runs to thousands of tokens, and SmolLM2's
+    prefill of them on CPU was most of those tests' time."""
+    from flax import nnx
+
+    from orchard.data.tokenizer import Tokenizer
+    from orchard.models import ModelConfig, Transformer, save_pretrained
+    from orchard.models.shipped import smollm2_gguf
+
+    path = str(tmp_path_factory.mktemp("random-policy") / "policy")
+    config = ModelConfig.tiny(49152, num_layers=1, hidden_size=32, intermediate_size=64, num_heads=4, num_kv_heads=2,
+                              head_dim=8, dtype="float32", max_position_embeddings=16384)
+    save_pretrained(Transformer(config, rngs=nnx.Rngs(0)), path)
+    Tokenizer.from_gguf(smollm2_gguf()).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def policy_server(random_policy, tmp_path_factory) -> Iterator[ModelProcess]:
+    """One ``orchard serve`` of :func:`random_policy` for the session (proxy, harness and learner tests)."""
+    yield from start_model_server(random_policy, str(tmp_path_factory.mktemp("serve") / "random-policy.log"))
+
+
 ADMIN = "admin-" + secrets.token_hex(4)
 
 
@@ -273,9 +303,9 @@ def mini_swe_agent_model(config: dict, session: dict):
 
 
 @pytest.fixture(scope="session")
-def proxy(smollm2_server, tmp_path_factory) -> Iterator[Proxy]:
-    """``orchard proxy`` in front of the session's SmolLM2 server."""
-    yield from start_proxy(smollm2_server.url, tmp_path_factory)
+def proxy(policy_server, tmp_path_factory) -> Iterator[Proxy]:
+    """``orchard proxy`` in front of the session's :func:`policy_server`."""
+    yield from start_proxy(policy_server.url, tmp_path_factory)
 
 
 @dataclass

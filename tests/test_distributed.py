@@ -96,25 +96,8 @@ def _tensors(path: str) -> dict[str, np.ndarray]:
     return load_file(os.path.join(path, "model.safetensors"))
 
 
-@pytest.fixture
-def served_policy(tmp_path):
-    """A tiny random policy over SmolLM2's vocabulary, saved with its tokenizer, for ``orchard serve``."""
-    from flax import nnx
-
-    from orchard.data.tokenizer import Tokenizer
-    from orchard.models import ModelConfig, Transformer, save_pretrained
-    from orchard.models.shipped import smollm2_gguf
-
-    served = str(tmp_path / "policy")
-    save_pretrained(Transformer(ModelConfig.tiny(49152, num_layers=1, hidden_size=32, intermediate_size=64,
-                                                 num_heads=4, num_kv_heads=2, head_dim=8, dtype="float32"),
-                                rngs=nnx.Rngs(0)), served)
-    Tokenizer.from_gguf(smollm2_gguf()).save_pretrained(served)
-    return served
-
-
 @pytest.mark.slow
-def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_killed(orchestrator, served_policy,
+def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_killed(orchestrator, random_policy,
                                                                                      tmp_path):
     """SFT, GRPO updates and ``train_rl`` (as a recipe runs it: the controller's episodes in real sandboxes,
     sampled from ``orchard serve`` and synced to it by disk) on a learner of two processes, killed mid-SFT
@@ -123,12 +106,12 @@ def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_ki
 
     single, killed = str(tmp_path / "single"), str(tmp_path / "two")
     env = {"ORCHESTRATOR_URL": orchestrator.base_url, "ORCHESTRATOR_KEY": orchestrator.api_key,
-           "SERVED_DIR": served_policy}
+           "SERVED_DIR": random_policy}
     # Each learner has a server of its own (RL syncs its weights into it), so the one-process reference runs
     # beside the two processes that die right after SFT step 5 (the last checkpoint is step 4's) and beside
     # their restart (whose RL's first sync serves the initial weights again).
-    for server in start_model_server(served_policy, str(tmp_path / "serve-single.log")):
-        for second in start_model_server(served_policy, str(tmp_path / "serve-two.log")):
+    for server in start_model_server(random_policy, str(tmp_path / "serve-single.log")):
+        for second in start_model_server(random_policy, str(tmp_path / "serve-two.log")):
             reference = _start(single, 1, {**env, "SERVER_URL": server.url})
             assert _wait(_start(killed, 2, {**env, "SERVER_URL": second.url, "DIE_AFTER_STEP": "5"})) == [-9, -9]
             assert sorted(map(int, os.listdir(os.path.join(killed, "sft", "checkpoints"))))[-1] == 4

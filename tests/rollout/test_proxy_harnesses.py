@@ -20,7 +20,7 @@ TESTS = "from calc.ops import add\n\n\ndef test_add():\n    assert add(2, 3) == 
 
 
 @pytest.mark.slow
-def test_mini_swe_agent_runs_through_the_proxy_and_its_calls_are_the_server_s(proxy, smollm2_server, client,
+def test_mini_swe_agent_runs_through_the_proxy_and_its_calls_are_the_server_s(proxy, policy_server, client,
                                                                             tmp_path):
     instance = SWEInstance(instance_id="calc__add", repo="orchard/calc", base_commit="0" * 40,
                            problem_statement="add subtracts.", patch=unified_diff(OPS, OPS.replace("-", "+"), "calc/ops.py"),
@@ -35,7 +35,7 @@ def test_mini_swe_agent_runs_through_the_proxy_and_its_calls_are_the_server_s(pr
     calls = read_session(session["records"]).calls
     assert len(calls) == 1 and all(c["usable_for_rl"] for c in calls)
     for call in calls:
-        direct = httpx.post(f"{smollm2_server.url}/chat/completions", timeout=120,
+        direct = httpx.post(f"{policy_server.url}/chat/completions", timeout=120,
                             json={**call["upstream_request"], "stream": False}).json()
         assert call["prompt_token_ids"][0] == direct["prompt_token_ids"]
         assert call["completions"][0]["token_ids"] == direct["choices"][0]["token_ids"]

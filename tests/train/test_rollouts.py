@@ -157,14 +157,13 @@ def test_recorded_calls_merge_while_each_prompt_extends_the_last_row():
 
 
 @pytest.mark.slow
-async def test_the_learner_recomputes_the_logprobs_the_proxy_recorded(smollm2_server, tmp_path):
-    from orchard.models.shipped import smollm2_gguf
+async def test_the_learner_recomputes_the_logprobs_the_proxy_recorded(policy_server, random_policy, tmp_path):
     from orchard.models.weights import from_pretrained
     from orchard.rollout.proxy import ProxyConfig, RecordingProxy, SessionRequest
     from orchard.rollout.proxy_records import read_session
     from orchard.train.state import target_logprobs
 
-    proxy = RecordingProxy(ProxyConfig(smollm2_server.url, str(tmp_path)))
+    proxy = RecordingProxy(ProxyConfig(policy_server.url, str(tmp_path)))
     session = proxy.open(SessionRequest(task="t", harness="h", sampling={"temperature": 1.0, "seed": 3,
                                                                           "max_tokens": 12}))
     messages = [{"role": "user", "content": "Name a colour."}]
@@ -174,7 +173,7 @@ async def test_the_learner_recomputes_the_logprobs_the_proxy_recorded(smollm2_se
     proxy.close(session)
     await proxy.client.aclose()
     rows = recorded_rows(read_session(session.path).calls, 1.0)
-    model = from_pretrained(smollm2_gguf(), dtype="float32")
+    model = from_pretrained(random_policy, dtype="float32")
     differences = []
     for row in rows:
         tokens = np.asarray(row["token_ids"])[None]

@@ -80,7 +80,7 @@ async def test_a_harness_that_crashes_is_aborted_with_its_output(aclient, proxy_
 
 
 @pytest.mark.slow
-async def test_smolagents_runs_its_own_loop_through_the_proxy(aclient, proxy_client, smollm2_server, tmp_path):
+async def test_smolagents_runs_its_own_loop_through_the_proxy(aclient, proxy_client, policy_server, tmp_path):
     instance = SWEInstance(instance_id="calc__add", repo="orchard/calc", base_commit="0" * 40,
                            problem_statement="add subtracts.", patch=unified_diff(OPS, OPS.replace("-", "+"), "calc/ops.py"),
                            FAIL_TO_PASS=("tests/test_ops.py::test_add",), repo_path=write_calc_repo(tmp_path, OPS, TESTS))
@@ -90,13 +90,13 @@ async def test_smolagents_runs_its_own_loop_through_the_proxy(aclient, proxy_cli
 
     assert trajectory.harness == "smolagents" and trajectory.end_reason is EndReason.SUBMITTED, \
         trajectory.metadata.get("harness_output")
-    assert trajectory.outcome.reward == -1.0 and not trajectory.outcome.resolved  # a random-ish model fixes nothing
+    assert trajectory.outcome.reward == -1.0 and not trajectory.outcome.resolved  # a random model fixes nothing
     record = read_session(trajectory.metadata["proxy_records"])
     assert record.status == "closed" and record.trainable and len(record.calls) >= 2  # its steps, its final answer
     system = record.calls[0]["request"]["messages"][0]
     assert system["role"] == "system" and "bash" in str(system["content"])  # smolagents' prompt, with Orchard's tool
     for call in record.calls:  # every recorded completion is the server's own, token for token
-        direct = httpx.post(f"{smollm2_server.url}/chat/completions", timeout=120,
+        direct = httpx.post(f"{policy_server.url}/chat/completions", timeout=120,
                             json={**call["upstream_request"], "stream": False}).json()
         assert call["prompt_token_ids"][0] == direct["prompt_token_ids"]
         assert call["completions"][0]["token_ids"] == direct["choices"][0]["token_ids"]

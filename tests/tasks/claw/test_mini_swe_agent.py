@@ -24,7 +24,7 @@ def test_mini_swe_agent_runs_a_claw_task_through_the_proxy_and_is_graded_from_st
     proxy.close(session)
     assert "claw-tools" in run.trajectory.messages[1].content and task.prompt in run.trajectory.messages[1].content
     assert run.trajectory.harness == HARNESS
-    # SmolLM2 in two steps does not clean notifications up: the task's tests, run on the services' state, say so.
+    # A random policy in two steps does not clean notifications up: the task's tests, run on the services' state, say so.
     assert run.trajectory.outcome.reward == -1.0 and not run.trajectory.outcome.resolved
     assert {t["name"] for t in run.trajectory.metadata["claw"]["tests"]} == {t.name for t in task.spec.tests}
     calls = read_session(session["records"]).calls
