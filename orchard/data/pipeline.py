@@ -45,6 +45,7 @@ import functools
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, SupportsIndex
 
 import grain
@@ -112,6 +113,36 @@ class ExampleSource:
 
     def __repr__(self) -> str:
         return f"ExampleSource({self.path!r})"
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """What rows of ``seq_len`` steps cut from the examples of a file (of the first ``scanned`` of them):
+    examples longer than ``seq_len + 1`` tokens, and the loss weight past the cut."""
+
+    scanned: int
+    truncated: int
+    trained: float  # the loss weight of the scanned examples' targets
+    cut: float  # the part of it past the cut
+
+    @property
+    def cut_share(self) -> float:
+        return self.cut / self.trained if self.trained else 0.0
+
+
+def truncation(path: PathLike, seq_len: int, limit: int = 10_000) -> Truncation:
+    """How much of the first ``limit`` examples of ``path`` :func:`make_dataset` would cut at ``seq_len``: a
+    row keeps an example's first ``seq_len + 1`` tokens, and an agent's last actions are what it cuts."""
+    source = ExampleSource(path)
+    truncated, trained, cut = 0, 0.0, 0.0
+    scanned = min(len(source), limit)
+    for index in range(scanned):
+        weights = np.asarray(source[index]["loss_mask"][1:], np.float64)
+        trained += float(weights.sum())
+        if len(weights) > seq_len:
+            truncated += 1
+            cut += float(weights[seq_len:].sum())
+    return Truncation(scanned, truncated, trained, cut)
 
 
 def write_array_record(path: PathLike, examples: Iterable[Mapping[str, Sequence]]) -> int:

@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from tqdm import tqdm
 
-from orchard.data.pipeline import make_dataset
+from orchard.data.pipeline import make_dataset, truncation
 from orchard.data.vision_rows import IMAGE_FEATURES, ImageTable
 from orchard.distributed import global_batch, is_controller, is_multiprocess, lead
 from orchard.models.build import ModelSpec, build_model
@@ -101,7 +101,8 @@ def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_e
                        rerun: bool = False, images: ImageTable | None = None,
                        model: Transformer | None = None) -> dict[str, float]:
     """Train for ``config.num_steps`` steps on the examples in the file ``examples`` (``eval_examples``:
-    held-out examples for the eval loss; may be empty) in ``workdir``; return the last logged metrics. A fresh model
+    held-out examples for the eval loss; may be empty) in ``workdir``; return the last logged metrics, with how much
+    rows of ``seq_len`` cut from the examples (:func:`~orchard.data.pipeline.truncation`, also logged). A fresh model
     (``config.model`` without a path) has ``vocab_size`` tokens. The final model is written to
     ``workdir/model`` (``config.json`` and safetensors) that ``from_pretrained``, ``orchard serve``
     and vLLM load. ``inputs`` name what made the examples (default: their files' fingerprints).
@@ -119,6 +120,11 @@ def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_e
     stage = Stage(workdir, "sft", config, {**inputs, "vocab_size": str(vocab_size)}, shared=True)
     if stage.open(rerun) == "done":
         return stage.summary()
+    cut = truncation(examples, config.seq_len)
+    if cut.truncated:
+        log.warning("%d of %d examples are longer than seq_len + 1 = %d tokens: rows cut their ends, %.0f%% of the "
+                    "trained tokens (an agent's last actions); raise seq_len to train them", cut.truncated,
+                    cut.scanned, config.seq_len + 1, 100 * cut.cut_share)
     mesh = config.mesh.make()
     model = model if model is not None else build_model(config.model, config.seed, vocab_size, mesh=mesh)
     optimizer, schedule = make_optimizer(config.optim, config.num_steps)
@@ -161,5 +167,6 @@ def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_e
             bar.update()
     checkpointer.close()
     ModelWeights(graphdef, state.params).save_pretrained(os.path.join(workdir, "model"))
+    last = {**last, "truncated_examples": float(cut.truncated), "trained_tokens_cut": cut.cut_share}
     stage.finish(last)
     return last

@@ -12,7 +12,14 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from orchard.data.pipeline import ExampleSource, make_dataset, pack, read_ahead, write_array_record
+from orchard.data.pipeline import (
+    ExampleSource,
+    make_dataset,
+    pack,
+    read_ahead,
+    truncation,
+    write_array_record,
+)
 from orchard.models.config import ModelConfig
 from orchard.models.transformer import Transformer
 
@@ -61,6 +68,18 @@ def unpack_batches(iterator, count: int | None = None) -> list[list[int]]:
         if count is not None and i + 1 == count:
             break
     return examples
+
+
+def test_truncation_counts_what_rows_cut_and_agrees_with_the_rows(tmp_path):
+    examples = [{"token_ids": list(range(1, 11)), "loss_mask": [0, 0, 0, 0, 0, 0, 1, 1, 1, 1]},  # 10 tokens
+                {"token_ids": [1, 2, 3], "loss_mask": [0, 1, 1]}]
+    path = write_jsonl(tmp_path / "examples.jsonl", examples)
+    cut = truncation(path, seq_len=7)  # a row keeps 8 tokens: the first example loses its last two trained ones
+    assert (cut.scanned, cut.truncated, cut.trained, cut.cut) == (2, 1, 6.0, 2.0)
+    assert cut.cut_share == pytest.approx(2 / 6)
+    rows = next(iter(make_dataset(path, seq_len=7, batch_size=2, seed=0, shuffle=False)))
+    assert rows["loss_mask"].sum() == cut.trained - cut.cut  # what the rows train is what truncation leaves
+    assert truncation(path, seq_len=9).truncated == 0 and truncation(path, seq_len=7, limit=1).scanned == 1
 
 
 def test_packed_row_layout_keeps_examples_apart():
