@@ -121,9 +121,19 @@ def get_config(arg: str | None = None) -> ConfigDict:
         # constant range, by vocabulary and by layout, settings chosen on `validation`; no two tasks share a gold
         # line. The teacher verifies (runs the failing test, reads the traceback, re-runs it), recovers from a wrong
         # edit, and its imperfect runs (a wrong edit, with or without the re-check) hold the localisation.
+        # No remove_statement: a removed statement of a generated helper (its operands, its constants) cannot be
+        # inferred from what is left, so only memory would fix one. The other kinds' fixes follow from the line and
+        # the failing assertion.
         config.tasks.update({"sources": ("procedural",), "kinds": ("swap_operator", "change_constant", "off_by_one",
-                                                                   "invert_condition", "remove_statement")})
+                                                                   "invert_condition")})
         config.teacher.update({"variants": ("clean", "recover", "fail", "unverified"), "brief": False})
+        # Digits one token each (line numbers and constants are copied digit by digit). The verifying teacher's runs
+        # are 1,100-2,300 tokens: rows of 2,048 (at 1,024 every one lost its edit and re-check to the cut), and
+        # episodes of up to 8 turns in a 2,000-token context.
+        config.tokenizer.split_digits = True
+        config.sft.update({"seq_len": 2048, "batch_size": 2})
+        config.rl.update({"seq_len": 2100})
+        config.rl.rollout.update({"max_turns": 8, "max_context": 2000})
     elif variant == "qwen3_30b_a3b":
         config.tasks.update({"path": "data/swe/instances.jsonl", "held_out_helper_fraction": 0.0,
                              "held_out_fraction": 0.0, "rl_fraction": 0.0})
