@@ -23,7 +23,11 @@ Before the first step, ``pass_filter`` can keep only the tasks whose pass rate u
 policy lies in a window (:func:`filter_by_pass_rate`), as the paper's RL set does.
 
 Metrics per step: reward, resolve rate, informative-group fraction, rollouts per group, fallbacks,
-dropped rollouts, tokens per second, and the time split between rollouts and learning.
+dropped rollouts, tokens per second, and the time split between rollouts and learning; and whether RL
+stays near where it started (:func:`orchard.train.grpo.policy_diagnostics`, logged, never trained on):
+the clip fraction, the KL to the behaviour policy, the sampled tokens' entropy and the KL to the start
+policy, whose logprobs of each update batch come from one forward pass under the initial parameters,
+kept when the run starts (a resumed run reloads them from ``policy``, not from its checkpoint).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -67,7 +72,7 @@ from orchard.seeds import episode_seed, seeded_random
 from orchard.train.bar import GroupResult, GroupSampler, SamplerConfig, make_sampler
 from orchard.train.checkpoint import Checkpointer
 from orchard.train.curriculum import CurriculumConfig
-from orchard.train.grpo import group_advantages, make_policy_loss
+from orchard.train.grpo import group_advantages, make_policy_loss, make_reference_logprobs
 from orchard.train.images import attach_images
 from orchard.train.metrics import MetricsWriter, read_metrics
 from orchard.train.rollouts import RowsPer, pack_rollouts, policy_rows
@@ -248,6 +253,10 @@ def group_metrics(groups: Sequence[GroupResult]) -> dict[str, float]:
 class Learner:
     """The trainer's side of a step: rows from groups, the update, and the weight sync.
 
+    With ``start_params`` (the parameters RL started from, never donated), each update batch gets their
+    logprobs of its tokens (``ref_logprobs``, one forward pass), from which a train step whose loss reports
+    diagnostics measures the KL to the start policy.
+
     For a vision-language policy (``images``: the store its screenshots are in, and its config), each
     update's rows carry their images (:mod:`orchard.data.vision_rows`, :mod:`orchard.train.images`);
     the step is compiled for the screenshots' size when the first update meets it."""
@@ -259,8 +268,10 @@ class Learner:
     chat_format: ChatFormat
     config: RLConfig
     images: tuple[VLMConfig, ImageStore] | None = None
+    start_params: Any = None
     final: bool = False  # whether the last update was the run's last (the controller says; followers stop on it)
     _steps: dict = field(default_factory=dict)
+    _references: dict = field(default_factory=dict)
 
     @property
     def view(self) -> ContextView | None:
@@ -291,6 +302,12 @@ class Learner:
             self._steps[grid] = self.make_step(grid)
         return self._steps[grid]
 
+    def reference(self, grid: Grid | None) -> Any:
+        """The start parameters' target logprobs of an update batch (images of ``grid``)."""
+        if grid not in self._references:
+            self._references[grid] = make_reference_logprobs(self.graphdef, grid)
+        return self._references[grid]
+
     def sync(self, state: TrainState) -> None:
         """Serve ``state``'s parameters; the weight version is the number of updates. In a learner over
         several processes the controller syncs, and the others take part in its export's gathers."""
@@ -303,7 +320,9 @@ class Learner:
     def update(self, state: TrainState, groups: Sequence[GroupResult],
                final: bool = False) -> tuple[TrainState, dict[str, float] | None]:
         """``updates_per_batch`` updates on the groups' rows, then the sync. The loss is the first
-        update's (at ratio 1); the grad norm is their mean. No groups: no update (None).
+        update's (at ratio 1); the grad norm and whatever else the step reports (the policy loss's
+        diagnostics: :func:`~orchard.train.grpo.policy_diagnostics`) are their means. No groups: no
+        update (None).
 
         In a learner over several processes every process calls it at each step; the controller's groups
         are the step's (its rows go to the others, whose ``groups`` are ignored), and so is ``final``,
@@ -313,13 +332,19 @@ class Learner:
         if rows is None:
             return state, None
         batch, train_step = global_batch(rows, batch_sharding(self.mesh)), self.train_step(grid)
+        if self.start_params is not None:  # one forward pass under the start policy, for all the updates
+            batch = {**batch, "ref_logprobs": self.reference(grid)(self.start_params, batch)}
         learner = []
         for _ in range(self.config.updates_per_batch):  # after the first, the ratio moves and the clip bounds it
             state, out = train_step(state, batch)
             learner.append({k: float(v) for k, v in jax.device_get(out).items()})
         self.sync(state)
-        return state, {"loss": learner[0]["loss"], "grad_norm": statistics.fmean(u["grad_norm"] for u in learner),
-                       "lr": learner[0]["lr"], "trained_tokens": learner[0]["tokens"]}
+        means = [k for k in learner[0] if k not in ("loss", "lr", "tokens")]  # the grad norm and the diagnostics
+        return state, {"loss": learner[0]["loss"], "lr": learner[0]["lr"], "trained_tokens": learner[0]["tokens"],
+                       **{k: statistics.fmean(u[k] for u in learner) for k in means}}
+
+
+DIAGNOSTICS = ("clip_fraction", "kl_to_behaviour", "sampled_token_entropy", "kl_to_start")
 
 
 def draw_tasks(tasks: Sequence[Task], count: int, seed: int, step: int) -> tuple[list[Task], list[Task]]:
@@ -353,7 +378,7 @@ async def rl_step(step: int, state: TrainState, learner: Learner, workers: Rollo
     if update is None:  # e.g. dynamic filtering dropped every prompt: no update, the same weights
         log.warning("step %d: every group was dropped; no update", step)
         metrics.update({"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "trained_tokens": 0.0, "rollout_s": rollout_s,
-                        "learn_s": 0.0, "tokens_per_s": 0.0})
+                        "learn_s": 0.0, "tokens_per_s": 0.0, **dict.fromkeys(DIAGNOSTICS, 0.0)})
         return state, StepResult(groups, metrics, final)
     metrics.update(update)
     metrics.update({"rollout_s": rollout_s, "learn_s": learn_s,
@@ -485,12 +510,15 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     optimizer, schedule = make_optimizer(config.optim, config.num_steps * config.updates_per_batch)
     graphdef, state = init_state(model, optimizer, mesh)
     del model
+    # The start policy, for the KL to it: a copy of the parameters built from ``policy`` (the train step
+    # donates the state's), kept before a resumed run restores its checkpoint.
+    start_params = jax.tree.map(jnp.copy, state.params)
 
     def make_step(grid: Grid | None) -> Any:
-        loss = make_policy_loss(config.eps_low, config.eps_high, grid)
+        loss = make_policy_loss(config.eps_low, config.eps_high, grid, diagnostics=True)
         return make_train_step(graphdef, optimizer, schedule, loss_fn=loss)
 
-    learner = Learner(graphdef, make_step, mesh, engine, chat_format, config, vision)
+    learner = Learner(graphdef, make_step, mesh, engine, chat_format, config, vision, start_params)
     checkpointer = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints"), config.checkpoint_every)
     if (latest := checkpointer.latest_step()) is not None:
         state = checkpointer.restore(latest, state)
@@ -546,7 +574,8 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
                     metrics.write(step + 1, last)
                     checkpointer.save(step + 1, state, force=result.final)
                     bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",
-                                    rollouts=spent, refresh=False)
+                                    clip=f"{last['clip_fraction']:.3f}", kl_start=f"{last['kl_to_start']:.4f}",
+                                    entropy=f"{last['sampled_token_entropy']:.2f}", rollouts=spent, refresh=False)
                     bar.update()
                     if result.final:
                         break

@@ -226,7 +226,9 @@ def batch_sharding(mesh: Mesh, accumulated: bool = True) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(None, "fsdp", None) if accumulated else PartitionSpec("fsdp", None))
 
 
-LossFn = Callable[[Any, Any, dict[str, jax.Array]], tuple[jax.Array, jax.Array]]
+# (summed loss, tokens) or (summed loss, tokens, {name: summed statistic}): see make_train_step
+LossFn = Callable[[Any, Any, dict[str, jax.Array]],
+                  tuple[jax.Array, jax.Array] | tuple[jax.Array, jax.Array, dict[str, jax.Array]]]
 
 
 def make_train_step(graphdef: Any, optimizer: optax.GradientTransformation, schedule: optax.Schedule,
@@ -234,20 +236,28 @@ def make_train_step(graphdef: Any, optimizer: optax.GradientTransformation, sche
     """``step(state, batch) -> (state, metrics)``; ``batch`` arrays are ``[accumulation, batch, seq]``.
 
     ``loss_fn(graphdef, params, micro_batch)`` returns a summed loss and the number of tokens it
-    covers (masked next-token loss for SFT, the clipped policy loss for GRPO). The loss is the mean
-    over every such token of the whole global batch (all micro-batches), so accumulating gradients
-    over micro-batches gives the same update as one big batch. With a master copy of the parameters in
+    covers (masked next-token loss for SFT, the clipped policy loss for GRPO), and optionally a third
+    item, a dict of summed statistics that carry no gradient (the policy loss's diagnostics). The loss
+    is the mean over every such token of the whole global batch (all micro-batches), so accumulating
+    gradients over micro-batches gives the same update as one big batch; each statistic is likewise
+    summed over the micro-batches and divided by the tokens, and reported under its name beside
+    ``loss, grad_norm, lr, tokens``. With a master copy of the parameters in
     the optimizer state (:func:`with_master_weights`), the gradients of the parameters that have one are
     accumulated in its dtype, and the new parameters are the new master rounded to their dtype.
     """
 
+    def loss_and_aux(params: Any, micro_batch: dict[str, jax.Array]) -> tuple[jax.Array, tuple]:
+        loss, count, *stats = loss_fn(graphdef, params, micro_batch)
+        return loss, (count, stats[0] if stats else {})
+
     def step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict]:
-        grad_fn = jax.value_and_grad(lambda p, b: loss_fn(graphdef, p, b), has_aux=True)
+        grad_fn = jax.value_and_grad(loss_and_aux, has_aux=True)
 
         def micro(carry, micro_batch):
-            grads, loss, count = carry
-            (micro_loss, micro_count), micro_grads = grad_fn(state.params, micro_batch)
-            return (jax.tree.map(jnp.add, grads, micro_grads), loss + micro_loss, count + micro_count), None
+            grads, loss, count, stats = carry
+            (micro_loss, (micro_count, micro_stats)), micro_grads = grad_fn(state.params, micro_batch)
+            return (jax.tree.map(jnp.add, grads, micro_grads), loss + micro_loss, count + micro_count,
+                    jax.tree.map(jnp.add, stats, micro_stats)), None
 
         master = master_weights(state.opt_state)
         if master is None:
@@ -255,13 +265,19 @@ def make_train_step(graphdef: Any, optimizer: optax.GradientTransformation, sche
         else:  # accumulated in the master's dtype
             zeros = jax.tree.map(lambda m, p: jnp.zeros_like(p if _no_master(m) else m), master.master, state.params,
                                  is_leaf=_no_master)
-        (grads, loss, count), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0), batch)
+        first = jax.tree.map(lambda x: x[0], batch)
+        stats_shape = jax.eval_shape(loss_and_aux, state.params, first)[1][1]
+        no_stats = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), stats_shape)
+        (grads, loss, count, stats), _ = jax.lax.scan(micro, (zeros, 0.0, 0.0, no_stats), batch)
         count = jnp.maximum(count, 1.0)
         grads = jax.tree.map(lambda g: g / count, grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = params_from_master(opt_state, optax.apply_updates(state.params, updates))
         metrics = {"loss": loss / count, "grad_norm": optax.tree.norm(grads), "lr": schedule(state.step),
                    "tokens": count}
+        if clash := set(stats) & set(metrics):
+            raise ValueError(f"the loss's statistics {sorted(clash)} clash with the step's own metrics")
+        metrics.update({name: total / count for name, total in stats.items()})
         return TrainState(state.step + 1, params, opt_state), metrics
 
     return jax.jit(step, donate_argnums=0)

@@ -13,7 +13,8 @@ from flax import nnx
 
 from orchard.models import ModelConfig, Transformer
 from orchard.train.bar import BAR, DynamicFilter, FixedGroup, assemble_group, top_ranked
-from orchard.train.grpo import group_advantages, make_policy_loss
+from orchard.train.grpo import group_advantages, make_policy_loss, make_reference_logprobs
+from orchard.train.state import OptimConfig, TrainState, make_optimizer, make_train_step, token_losses
 
 
 @dataclass
@@ -159,3 +160,66 @@ def test_the_policy_loss_equals_a_numpy_reference():
     surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.28) * advantages)
     assert float(count) == mask.sum()
     assert float(loss) == pytest.approx(-(surrogate * mask).sum(), rel=1e-4)
+
+
+def test_the_policy_diagnostics_equal_a_numpy_reference_and_the_step_averages_them_over_micro_batches():
+    cfg = ModelConfig(model_type="llama", vocab_size=40, hidden_size=16, intermediate_size=32, num_layers=1,
+                      num_heads=2, num_kv_heads=1, head_dim=8, dtype="float32")
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(2)), nnx.Param)
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 40, (4, 10))
+    targets = np.roll(tokens, -1, axis=1)
+    mask = (rng.random((4, 10)) < 0.7).astype(np.float32)
+    old = rng.normal(-3.7, 0.4, (4, 10)).astype(np.float32)  # ratios inside and outside both clip bounds
+    ref = rng.normal(-3.7, 0.3, (4, 10)).astype(np.float32)
+    advantages = np.repeat(group_advantages([1.0, -1.0, -1.0, 1.0]), 10).reshape(4, 10).astype(np.float32)
+    batch = {"tokens": jnp.asarray(tokens), "targets": jnp.asarray(targets), "positions": jnp.tile(jnp.arange(10), (4, 1)),
+             "segment_ids": jnp.ones((4, 10), jnp.int32), "loss_mask": jnp.asarray(mask),
+             "old_logprobs": jnp.asarray(old), "advantages": jnp.asarray(advantages), "ref_logprobs": jnp.asarray(ref)}
+
+    logits = np.asarray(nnx.merge(graphdef, params)(jnp.asarray(tokens)), np.float64)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp = np.take_along_axis(logp - np.log(np.exp(logp).sum(-1, keepdims=True)), targets[..., None], -1)[..., 0]
+    ratio = np.exp(logp - old)
+    assert ((ratio < 0.8) & (mask > 0)).any() and ((ratio > 1.28) & (mask > 0)).any()
+    assert ((ratio > 0.8) & (ratio < 1.28) & (mask > 0)).any()
+    trained = mask > 0
+
+    def k3(d):
+        return np.exp(d) - d - 1
+
+    expected = {"clip_fraction": np.mean((ratio < 0.8)[trained] | (ratio > 1.28)[trained]),
+                "kl_to_behaviour": np.mean(k3(old - logp)[trained]),
+                "sampled_token_entropy": np.mean(-old[trained]),
+                "kl_to_start": np.mean(k3(ref - logp)[trained])}
+    surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.28) * advantages)
+
+    loss, count, sums = make_policy_loss(0.2, 0.28, diagnostics=True)(graphdef, params, batch)
+    assert float(count) == mask.sum() and float(loss) == pytest.approx(-(surrogate * mask).sum(), rel=1e-4)
+    assert set(sums) == set(expected)
+    for name, value in expected.items():
+        assert float(sums[name]) / float(count) == pytest.approx(value, rel=1e-4, abs=1e-6), name
+    # without ref_logprobs there is no KL to the start; without diagnostics the loss is as it was
+    assert "kl_to_start" not in make_policy_loss(diagnostics=True)(
+        graphdef, params, {k: v for k, v in batch.items() if k != "ref_logprobs"})[2]
+    assert len(make_policy_loss()(graphdef, params, batch)) == 2
+
+    # The step sums them over micro-batches (two of two rows) and divides by all the trained tokens.
+    optimizer, schedule = make_optimizer(OptimConfig(), 10)
+    micro = {k: v.reshape(2, 2, 10) for k, v in batch.items()}
+
+    def run(loss_fn):
+        fresh = jax.tree.map(jnp.copy, params)
+        state = TrainState(jnp.zeros((), jnp.int32), fresh, optimizer.init(fresh))
+        return jax.device_get(make_train_step(graphdef, optimizer, schedule, loss_fn)(state, micro)[1])
+
+    metrics = run(make_policy_loss(0.2, 0.28, diagnostics=True))
+    assert set(metrics) == {"loss", "grad_norm", "lr", "tokens", *expected}
+    assert float(metrics["loss"]) == pytest.approx(-(surrogate * mask).sum() / mask.sum(), rel=1e-4)
+    for name, value in expected.items():
+        assert float(metrics[name]) == pytest.approx(value, rel=1e-4, abs=1e-6), name
+    assert set(run(token_losses)) == {"loss", "grad_norm", "lr", "tokens"}  # a (loss, tokens) loss: as before
+
+    # The reference logprobs of an update batch: the target logprobs, micro-batch by micro-batch.
+    np.testing.assert_allclose(np.asarray(make_reference_logprobs(graphdef)(params, micro)).reshape(4, 10), logp,
+                               rtol=1e-5, atol=1e-5)

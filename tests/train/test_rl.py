@@ -8,6 +8,7 @@ import os
 from types import SimpleNamespace
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -30,7 +31,7 @@ from orchard.tasks.swe.generate import generate_task_set
 from orchard.tasks.swe.sources import resolve_source
 from orchard.tasks.swe.task import swe_tasks
 from orchard.train.bar import BAR, DynamicFilter, FixedGroup
-from orchard.train.grpo import make_policy_loss
+from orchard.train.grpo import make_policy_loss, make_reference_logprobs
 from orchard.train.rl import (
     EngineConfig,
     Learner,
@@ -273,6 +274,9 @@ def test_train_rl_resumes_a_killed_run_and_refuses_a_changed_config(orchestrator
     assert all(metrics[s]["rollouts_per_group"] == 2 and metrics[s]["reward"] == -1.0 for s in metrics)
     assert [metrics[s]["rollouts_total"] for s in (1, 2)] == [2, 4]  # the resumed run counted step 1's rollouts
     assert {"informative_groups", "fallback_relaxed", "rollout_s", "learn_s", "rollouts_dropped"} <= set(metrics[2])
+    # every reward -1: no advantage moves the policy, which stays at its start (before and after the resume)
+    assert all(abs(metrics[s]["kl_to_start"]) < 1e-6 and 0 <= metrics[s]["clip_fraction"] <= 1 for s in metrics)
+    assert all(metrics[s]["sampled_token_entropy"] > 0 and metrics[s]["kl_to_behaviour"] >= 0 for s in metrics)
     assert sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints"))) == [1, 2]
     assert os.path.exists(os.path.join(workdir, "model", "tokenizer.json"))
     assert asyncio.run(run(config)) == {k: v for k, v in metrics[2].items() if k != "step"}  # done: nothing run
@@ -300,6 +304,64 @@ def test_dynamic_filtering_replaces_a_dropped_prompt_with_a_spare():
     assert metrics["informative_groups"] == 0.5  # counted over both groups, as the rollouts were spent on both
     # the update's groups: one, informative, with half its rollouts positive
     assert (metrics["groups_chosen"], metrics["informative_chosen"], metrics["positive_fraction"]) == (1.0, 1.0, 0.5)
+
+
+def test_an_rl_step_logs_how_far_the_policy_moved_from_the_behaviour_and_the_start_policy():
+    """The step's diagnostics: the KL to the start policy is 0 while the parameters are the start
+    policy's, and grows once an update moved them; the start parameters outlive the donated state."""
+    from orchard.models.sharding import MeshConfig
+
+    model = Transformer(ModelConfig.tiny(256, num_layers=1, **TINY), rngs=nnx.Rngs(0))
+    optimizer, schedule = make_optimizer(OptimConfig(1e-2, 1e-3, 1), 10)
+    graphdef, state = init_state(model, optimizer, MeshConfig().make())
+    start = jax.tree.map(jnp.copy, state.params)
+    kept = [np.asarray(x).copy() for x in jax.tree.leaves(start)]
+    config = RLConfig(prompts_per_step=1, seq_len=12, rows=2, micro_rows=1)  # a row per rollout: two micro-batches
+
+    class Engine:
+        def update_weights(self, weights):
+            pass
+
+    def make_step(grid):
+        return make_train_step(graphdef, optimizer, schedule, make_policy_loss(diagnostics=True, image_grid=grid))
+
+    learner = Learner(graphdef, make_step, MeshConfig().make(), Engine(), None, config, start_params=start)
+
+    # old logprobs about the random policy's (log 1/256 = -5.5): ratios inside and outside the clip range
+    old_logprobs = [np.log(1 / 256) + offset for offset in (-0.6, -0.1, 0.0, 0.1, 0.6)]
+
+    class Workers:  # proxy-recorded rollouts (no sandbox): sample 0 wins, so the group has variance
+        async def rollouts(self, task, step, first, count):
+            rollouts = []
+            for sample in range(first, first + count):
+                sampled = [(11 * sample + i) % 256 for i in range(5)]
+                trajectory = Trajectory(task_id=task.id, messages=[
+                    Message(role="user", content="go"),
+                    Message(role="assistant", token_ids=sampled, logprobs=old_logprobs)],
+                    metadata={"recorded_prompt_ids": [[1, 2, 3, 4, 5]]})
+                rollouts.append(ScoredRollout(trajectory, float(sample == 0), "completed", len(sampled)))
+            return rollouts
+
+    task = SimpleNamespace(id="t")
+    state, first = asyncio.run(rl_step(0, state, learner, Workers(), FixedGroup(2), [task]))
+    metrics = first.metrics
+    assert {"clip_fraction", "kl_to_behaviour", "sampled_token_entropy", "kl_to_start"} <= set(metrics), metrics
+    assert abs(metrics["kl_to_start"]) < 1e-6  # the first update's parameters are the start policy's
+    assert metrics["sampled_token_entropy"] == pytest.approx(-np.mean(old_logprobs), rel=1e-6)
+    # the behaviour's statistics against the learner's own logprobs (the start policy's, at this update)
+    rows, _ = learner.rows(first.groups)
+    logp = np.asarray(make_reference_logprobs(graphdef)(start, rows))
+    trained, old = rows["loss_mask"] > 0, rows["old_logprobs"]
+    ratio = np.exp(logp - old)[trained]
+    assert 0 < metrics["clip_fraction"] < 1
+    assert metrics["clip_fraction"] == pytest.approx(np.mean((ratio < 0.8) | (ratio > 1.28)), abs=1e-6)
+    d = (old - logp)[trained]
+    assert metrics["kl_to_behaviour"] == pytest.approx(np.mean(np.exp(d) - d - 1), rel=1e-4)
+
+    state, second = asyncio.run(rl_step(1, state, learner, Workers(), FixedGroup(2), [task]))
+    assert second.metrics["kl_to_start"] > 1e-6  # the first update moved the policy away from its start
+    for a, b in zip(jax.tree.leaves(learner.start_params), kept, strict=True):  # alive and unchanged
+        np.testing.assert_array_equal(np.asarray(a), b)
 
 
 def test_a_group_samples_fresh_indices_for_every_stride():
