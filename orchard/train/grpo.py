@@ -56,8 +56,9 @@ def policy_diagnostics(logprobs: jax.Array, batch: dict[str, jax.Array], eps_low
 
     * ``clip_fraction``: the share whose ratio ``exp(logprobs - old_logprobs)`` lies outside
       ``[1 - eps_low, 1 + eps_high]`` (where the clipped surrogate may cut the gradient);
-    * ``kl_to_behaviour``: k3 with ``d = old_logprobs - logprobs``, the KL between the current policy and
-      the one that sampled (0 at a step's first update when the engine's logprobs are the learner's);
+    * ``kl_to_behaviour``: k3 with ``d = logprobs - old_logprobs``, KL(behaviour || current) over tokens the
+      behaviour policy sampled, so unbiased at every update (0 at a step's first update when the engine's
+      logprobs are the learner's);
     * ``sampled_token_entropy``: ``-old_logprobs``. With on-policy sampling at temperature 1 the tokens
       are draws from the policy itself, so its mean is an unbiased estimate of the policy's per-token
       entropy (no full-vocabulary entropy is computed); at any other temperature the tokens come from
@@ -65,15 +66,15 @@ def policy_diagnostics(logprobs: jax.Array, batch: dict[str, jax.Array], eps_low
     * ``kl_to_start``, when the batch has ``ref_logprobs`` (the tokens' logprobs under the parameters RL
       started from): k3 with ``d = ref_logprobs - logprobs``, the KL to the start (SFT) policy.
 
-    Both KLs take the sampled tokens as draws from the current policy: exact at the first update of a
-    step with an on-policy engine, an approximation after it. None of them carries gradient."""
+    ``kl_to_start`` takes the sampled tokens as draws from the current policy: exact at the first update of
+    a step with an on-policy engine, an approximation after it. None of them carries gradient."""
     logprobs = jax.lax.stop_gradient(logprobs)
     mask = batch["loss_mask"].astype(jnp.float32)
     old = batch["old_logprobs"].astype(jnp.float32)
     ratio = jnp.exp(logprobs - old)
     outside = (ratio < 1.0 - eps_low) | (ratio > 1.0 + eps_high)
     sums = {"clip_fraction": jnp.sum(outside * mask),
-            "kl_to_behaviour": jnp.sum(k3(old - logprobs) * mask),
+            "kl_to_behaviour": jnp.sum(k3(logprobs - old) * mask),
             "sampled_token_entropy": jnp.sum(-old * mask)}
     if "ref_logprobs" in batch:
         sums["kl_to_start"] = jnp.sum(k3(batch["ref_logprobs"].astype(jnp.float32) - logprobs) * mask)

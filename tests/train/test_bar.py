@@ -189,7 +189,7 @@ def test_the_policy_diagnostics_equal_a_numpy_reference_and_the_step_averages_th
         return np.exp(d) - d - 1
 
     expected = {"clip_fraction": np.mean((ratio < 0.8)[trained] | (ratio > 1.28)[trained]),
-                "kl_to_behaviour": np.mean(k3(old - logp)[trained]),
+                "kl_to_behaviour": np.mean(k3(logp - old)[trained]),
                 "sampled_token_entropy": np.mean(-old[trained]),
                 "kl_to_start": np.mean(k3(ref - logp)[trained])}
     surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.28) * advantages)

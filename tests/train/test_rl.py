@@ -355,7 +355,7 @@ def test_an_rl_step_logs_how_far_the_policy_moved_from_the_behaviour_and_the_sta
     ratio = np.exp(logp - old)[trained]
     assert 0 < metrics["clip_fraction"] < 1
     assert metrics["clip_fraction"] == pytest.approx(np.mean((ratio < 0.8) | (ratio > 1.28)), abs=1e-6)
-    d = (old - logp)[trained]
+    d = (logp - old)[trained]
     assert metrics["kl_to_behaviour"] == pytest.approx(np.mean(np.exp(d) - d - 1), rel=1e-4)
 
     state, second = asyncio.run(rl_step(1, state, learner, Workers(), FixedGroup(2), [task]))
