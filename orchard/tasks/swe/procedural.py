@@ -9,7 +9,9 @@ from an operation grammar and every surface detail from a seed:
   with random operators, intermediate variables and argument orders;
 * **names** from a *vocabulary* (:data:`VOCABULARIES`): helper, argument and variable names are
   verbs and nouns of one theme (``fold_hinge(bolt, valve)``), so a helper's name says nothing about
-  its body;
+  its body; or, with the vocabulary ``coined`` (:data:`COINED`), nouns coined for each repository from
+  syllables (``fold_kovel(zantri, pelmu)``), so no name recurs across repositories and a policy can
+  only get one right by copying it from what it has read;
 * **constants** from a *range* (:data:`CONSTANT_RANGES`);
 * **layout**, the *style* (:data:`STYLES`): a package of modules, one module, a ``src/`` layout, or
   helpers as static methods of classes.
@@ -28,6 +30,8 @@ constant ranges, vocabularies and styles (:mod:`orchard.tasks.swe.skills`).
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import os
 import random
 import string
@@ -54,7 +58,24 @@ VOCABULARIES: dict[str, tuple[str, ...]] = {
     "sky": ("orbit", "comet", "nova", "quasar", "nebula", "pulsar", "lunar", "zenith", "meteor", "aurora", "eclipse",
             "galaxy", "photon", "solstice", "cosmos", "vega", "corona", "equinox"),
 }
+# A vocabulary of its own per repository: nouns coined from these syllables, two or three each.
+COINED = "coined"
+SYLLABLES = ("ba", "ko", "ri", "ta", "mu", "ve", "lo", "zan", "pel", "dri", "sko", "fen", "gor", "tal", "mi", "qua",
+             "nok", "sel", "tur", "vik", "pra", "dun", "hes", "jo", "wim", "cal", "ner", "obo", "ust", "yel")
+VOCABULARY_NAMES = (*VOCABULARIES, COINED)
 CONSTANT_RANGES: dict[str, tuple[int, int]] = {"small": (2, 9), "large": (11, 29)}
+
+
+def vocabulary_nouns(vocabulary: str, rng: random.Random, count: int = 18) -> tuple[str, ...]:
+    """The nouns a repository's names are made of: a themed vocabulary's, or ``count`` coined ones."""
+    if vocabulary != COINED:
+        return VOCABULARIES[vocabulary]
+    coined: set[str] = set()
+    while len(coined) < count:
+        word = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))
+        if not keyword.iskeyword(word) and word not in dir(builtins):
+            coined.add(word)
+    return tuple(sorted(coined))
 
 
 @dataclass(frozen=True)
@@ -71,8 +92,8 @@ class RepoSpec:
     def __post_init__(self) -> None:
         if self.style not in STYLES:
             raise ValueError(f"unknown style {self.style!r}; styles: {', '.join(STYLES)}")
-        if self.vocabulary not in VOCABULARIES:
-            raise ValueError(f"unknown vocabulary {self.vocabulary!r}; vocabularies: {', '.join(VOCABULARIES)}")
+        if self.vocabulary not in VOCABULARY_NAMES:
+            raise ValueError(f"unknown vocabulary {self.vocabulary!r}; vocabularies: {', '.join(VOCABULARY_NAMES)}")
         if self.constants not in CONSTANT_RANGES:
             raise ValueError(f"unknown constant range {self.constants!r}; ranges: {', '.join(CONSTANT_RANGES)}")
         if not self.name.isidentifier():
@@ -287,7 +308,7 @@ def write_repository(spec: RepoSpec, dest: str) -> GeneratedRepo:
     if os.path.isdir(dest) and os.listdir(dest):
         raise FileExistsError(f"{dest} is not empty")
     rng = seeded_random(spec.seed, "procedural-repo", spec.name, spec.style, spec.vocabulary, spec.constants)
-    nouns = VOCABULARIES[spec.vocabulary]
+    nouns = vocabulary_nouns(spec.vocabulary, rng)
     names = _Names(rng, nouns)
     low, high = CONSTANT_RANGES[spec.constants]
     builder = _Builder(rng, names, (low, high))
@@ -311,7 +332,7 @@ def write_repository(spec: RepoSpec, dest: str) -> GeneratedRepo:
         helper.cases = _expected(helper, [h for h in helpers if h.module == module], spec, classes[module], rng, high)
         if helper.cases:
             helpers.append(helper)
-    files = _render(spec, modules, classes, helpers, rng)
+    files = _render(spec, modules, classes, helpers, rng, nouns)
     for path, text in files.items():
         target = os.path.join(dest, path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -368,7 +389,7 @@ def _expected(helper: Helper, earlier: list[Helper], spec: RepoSpec, klass: str,
 
 
 def _render(spec: RepoSpec, modules: list[str], classes: dict[str, str], helpers: list[Helper],
-            rng: random.Random) -> dict[str, str]:
+            rng: random.Random, nouns: tuple[str, ...]) -> dict[str, str]:
     layout = _layout(spec, modules)
     files: dict[str, str] = {}
     for module in modules:
@@ -391,5 +412,5 @@ def _render(spec: RepoSpec, modules: list[str], classes: dict[str, str], helpers
         files["tests/conftest.py"] = ('import os\nimport sys\n\nsys.path.insert(0, os.path.join(os.path.dirname('
                                       'os.path.dirname(os.path.abspath(__file__))), "src"))\n')
     files["pyproject.toml"] = f'[project]\nname = "{spec.name}"\nversion = "0"\n'
-    files["README.md"] = f"# {spec.name}\n\nHelpers for {rng.choice(VOCABULARIES[spec.vocabulary])} work.\n"
+    files["README.md"] = f"# {spec.name}\n\nHelpers for {rng.choice(nouns)} work.\n"
     return files

@@ -41,8 +41,9 @@ from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.procedural import (
     CONSTANT_RANGES,
     STYLES,
-    VOCABULARIES,
+    VOCABULARY_NAMES,
     RepoSpec,
+    vocabulary_nouns,
     write_repository,
 )
 from orchard.tasks.swe.sources import RepoSource
@@ -74,9 +75,9 @@ class ProceduralConfig:
             if style not in STYLES:
                 raise ValueError(f"tasks.procedural: unknown style {style!r}; styles: {', '.join(STYLES)}")
         for vocabulary in (*self.vocabularies, self.held_out_vocabulary):
-            if vocabulary not in VOCABULARIES:
+            if vocabulary not in VOCABULARY_NAMES:
                 raise ValueError(f"tasks.procedural: unknown vocabulary {vocabulary!r}; "
-                                 f"vocabularies: {', '.join(VOCABULARIES)}")
+                                 f"vocabularies: {', '.join(VOCABULARY_NAMES)}")
         for constants in (self.constants, self.held_out_constants):
             if constants not in CONSTANT_RANGES:
                 raise ValueError(f"tasks.procedural: unknown constant range {constants!r}; "
@@ -100,7 +101,7 @@ def procedural_specs(config: ProceduralConfig, seed: int) -> dict[str, list[Repo
         vocabulary = (config.held_out_vocabulary if axis == "vocabulary"
                       else config.vocabularies[(index // len(config.styles)) % len(config.vocabularies)])
         constants = config.held_out_constants if axis == "constants" else config.constants
-        name = f"{rng.choice(VOCABULARIES[vocabulary])}kit{number}"
+        name = f"{rng.choice(vocabulary_nouns(vocabulary, rng))}kit{number}"
         specs[axis].append(RepoSpec(name, style, vocabulary, constants, config.helpers, seed))
     return specs
 

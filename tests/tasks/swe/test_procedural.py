@@ -10,7 +10,14 @@ import re
 import pytest
 
 from orchard.tasks.swe.localtests import run_tests
-from orchard.tasks.swe.procedural import CONSTANT_RANGES, STYLES, VOCABULARIES, RepoSpec, write_repository
+from orchard.tasks.swe.procedural import (
+    CONSTANT_RANGES,
+    STYLES,
+    SYLLABLES,
+    VOCABULARIES,
+    RepoSpec,
+    write_repository,
+)
 from orchard.tasks.swe.testlog import passing
 
 
@@ -63,6 +70,20 @@ def test_names_and_constants_come_from_the_spec(tmp_path):
         numbers = [int(n) for n in re.findall(r"\b\d+\b", body)]
         assert any(low <= n <= high for n in numbers), code  # its constants are drawn from the range
     assert len(set(repo.functions.values())) >= 5  # the operations vary
+
+
+def test_coined_names_are_new_in_every_repository_and_its_tests_pass(tmp_path):
+    nouns = []
+    for name in ("zankit1", "zankit2"):
+        repo = write_repository(RepoSpec(name, style="modules", vocabulary="coined", helpers=8, seed=0),
+                                str(tmp_path / name))
+        run = run_tests(repo.root, repo.test_dirs)
+        assert len(run.results) == 8 and passing(run.results) == set(run.results), run.log[-2000:]
+        mine = {key.rsplit(":", 1)[1].split("_", 1)[1] for key in repo.functions}
+        assert all(re.fullmatch(f"(?:{'|'.join(SYLLABLES)}){{2,3}}", noun) for noun in mine), mine
+        assert not mine & {word for words in VOCABULARIES.values() for word in words}
+        nouns.append(mine)
+    assert not nouns[0] & nouns[1]  # another repository, other names: none can be recalled, only copied
 
 
 def test_a_seed_draws_a_different_repository_and_the_same_seed_the_same(tmp_path):
