@@ -137,25 +137,34 @@ def test_the_clipped_loss_pushes_sampled_tokens_by_their_advantage():
     assert float(loss_fn(graphdef, params, dropped)[1]) == 0.0
 
 
-def test_the_policy_loss_equals_a_numpy_reference():
+def _policy_batch(rows: int, model_seed: int, data_seed: int, advantages: list[float]):
+    """A random one-layer policy, a batch of ``rows`` rows of 10 tokens whose old logprobs put the ratios on
+    both sides of both clip bounds (and reference logprobs), and the policy's target logprobs in float64."""
     cfg = ModelConfig(model_type="llama", vocab_size=40, hidden_size=16, intermediate_size=32, num_layers=1,
                       num_heads=2, num_kv_heads=1, head_dim=8, dtype="float32")
-    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(1)), nnx.Param)
-    rng = np.random.default_rng(3)
-    tokens = rng.integers(0, 40, (3, 10))
+    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(model_seed)), nnx.Param)
+    rng = np.random.default_rng(data_seed)
+    tokens = rng.integers(0, 40, (rows, 10))
     targets = np.roll(tokens, -1, axis=1)
-    mask = (rng.random((3, 10)) < 0.7).astype(np.float32)
-    old = rng.normal(-3.7, 0.4, (3, 10)).astype(np.float32)  # ratios on both sides of both clip bounds
-    advantages = np.repeat(group_advantages([1.0, -1.0, -1.0]), 10).reshape(3, 10).astype(np.float32)
-    batch = {"tokens": jnp.asarray(tokens), "targets": jnp.asarray(targets), "positions": jnp.tile(jnp.arange(10), (3, 1)),
-             "segment_ids": jnp.ones((3, 10), jnp.int32), "loss_mask": jnp.asarray(mask),
-             "old_logprobs": jnp.asarray(old), "advantages": jnp.asarray(advantages)}
-    loss, count = make_policy_loss(0.2, 0.28)(graphdef, params, batch)
-
+    mask = (rng.random((rows, 10)) < 0.7).astype(np.float32)
+    old = rng.normal(-3.7, 0.4, (rows, 10)).astype(np.float32)
+    ref = rng.normal(-3.7, 0.3, (rows, 10)).astype(np.float32)
+    advantage = np.repeat(group_advantages(advantages), 10).reshape(rows, 10).astype(np.float32)
+    batch = {"tokens": jnp.asarray(tokens), "targets": jnp.asarray(targets), "positions": jnp.tile(jnp.arange(10), (rows, 1)),
+             "segment_ids": jnp.ones((rows, 10), jnp.int32), "loss_mask": jnp.asarray(mask),
+             "old_logprobs": jnp.asarray(old), "advantages": jnp.asarray(advantage), "ref_logprobs": jnp.asarray(ref)}
     logits = np.asarray(nnx.merge(graphdef, params)(jnp.asarray(tokens)), np.float64)
     logp = logits - logits.max(-1, keepdims=True)
-    logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
-    ratio = np.exp(np.take_along_axis(logp, targets[..., None], -1)[..., 0] - old)
+    logp = np.take_along_axis(logp - np.log(np.exp(logp).sum(-1, keepdims=True)), targets[..., None], -1)[..., 0]
+    return graphdef, params, batch, logp
+
+
+def test_the_policy_loss_equals_a_numpy_reference():
+    graphdef, params, batch, logp = _policy_batch(3, 1, 3, [1.0, -1.0, -1.0])
+    mask, old, advantages = (np.asarray(batch[k]) for k in ("loss_mask", "old_logprobs", "advantages"))
+    loss, count = make_policy_loss(0.2, 0.28)(graphdef, params, batch)
+
+    ratio = np.exp(logp - old)
     assert (ratio < 0.8).any() and (ratio > 1.28).any()
     surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.28) * advantages)
     assert float(count) == mask.sum()
@@ -163,23 +172,9 @@ def test_the_policy_loss_equals_a_numpy_reference():
 
 
 def test_the_policy_diagnostics_equal_a_numpy_reference_and_the_step_averages_them_over_micro_batches():
-    cfg = ModelConfig(model_type="llama", vocab_size=40, hidden_size=16, intermediate_size=32, num_layers=1,
-                      num_heads=2, num_kv_heads=1, head_dim=8, dtype="float32")
-    graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(2)), nnx.Param)
-    rng = np.random.default_rng(5)
-    tokens = rng.integers(0, 40, (4, 10))
-    targets = np.roll(tokens, -1, axis=1)
-    mask = (rng.random((4, 10)) < 0.7).astype(np.float32)
-    old = rng.normal(-3.7, 0.4, (4, 10)).astype(np.float32)  # ratios inside and outside both clip bounds
-    ref = rng.normal(-3.7, 0.3, (4, 10)).astype(np.float32)
-    advantages = np.repeat(group_advantages([1.0, -1.0, -1.0, 1.0]), 10).reshape(4, 10).astype(np.float32)
-    batch = {"tokens": jnp.asarray(tokens), "targets": jnp.asarray(targets), "positions": jnp.tile(jnp.arange(10), (4, 1)),
-             "segment_ids": jnp.ones((4, 10), jnp.int32), "loss_mask": jnp.asarray(mask),
-             "old_logprobs": jnp.asarray(old), "advantages": jnp.asarray(advantages), "ref_logprobs": jnp.asarray(ref)}
-
-    logits = np.asarray(nnx.merge(graphdef, params)(jnp.asarray(tokens)), np.float64)
-    logp = logits - logits.max(-1, keepdims=True)
-    logp = np.take_along_axis(logp - np.log(np.exp(logp).sum(-1, keepdims=True)), targets[..., None], -1)[..., 0]
+    graphdef, params, batch, logp = _policy_batch(4, 2, 5, [1.0, -1.0, -1.0, 1.0])
+    mask, old, advantages, ref = (np.asarray(batch[k]) for k in ("loss_mask", "old_logprobs", "advantages",
+                                                                  "ref_logprobs"))
     ratio = np.exp(logp - old)
     assert ((ratio < 0.8) & (mask > 0)).any() and ((ratio > 1.28) & (mask > 0)).any()
     assert ((ratio > 0.8) & (ratio < 1.28) & (mask > 0)).any()
