@@ -122,7 +122,7 @@ def train_and_evaluate(config: SFTConfig, workdir: str, *, examples: str, eval_e
         return stage.summary()
     cut = truncation(examples, config.seq_len)
     if cut.truncated:
-        log.warning("%d of %d examples are longer than seq_len + 1 = %d tokens: rows cut their ends, %.0f%% of the "
+        log.warning("%d of %d examples are longer than seq_len + 1 = %d tokens: rows cut their ends, %.1f%% of the "
                     "trained tokens (an agent's last actions); raise seq_len to train them", cut.truncated,
                     cut.scanned, config.seq_len + 1, 100 * cut.cut_share)
     mesh = config.mesh.make()
