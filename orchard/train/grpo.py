@@ -96,9 +96,8 @@ def make_policy_loss(eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, image
         clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
         surrogate = jnp.minimum(ratio * advantages, clipped * advantages)
         mask = batch["loss_mask"].astype(jnp.float32)
-        if diagnostics:
-            return -jnp.sum(surrogate * mask), jnp.sum(mask), policy_diagnostics(logprobs, batch, eps_low, eps_high)
-        return -jnp.sum(surrogate * mask), jnp.sum(mask)
+        summed = (-jnp.sum(surrogate * mask), jnp.sum(mask))
+        return (*summed, policy_diagnostics(logprobs, batch, eps_low, eps_high)) if diagnostics else summed
 
     return loss
 

@@ -167,6 +167,19 @@ def test_a_killed_run_resumes_with_the_same_loss_curve(tmp_path):
         train_and_evaluate(config, killed, **other)
 
 
+def test_what_rows_cut_is_logged_and_kept_in_the_summary(tmp_path, caplog):
+    from orchard.data.pipeline import truncation
+
+    config, data = config_for(tmp_path, num_steps=1)
+    config = from_config(SFTConfig, {**to_dict(config), "seq_len": 8, "grad_accum": 1})
+    expected = truncation(data["examples"], 8)
+    assert expected.truncated > 0
+    summary = train_and_evaluate(config, str(tmp_path / "run"), examples=data["examples"])
+    assert summary["truncated_examples"] == expected.truncated
+    assert summary["trained_tokens_cut"] == pytest.approx(expected.cut_share)
+    assert f"{expected.truncated} of {expected.scanned} examples are longer than seq_len + 1 = 9 tokens" in caplog.text
+
+
 def test_the_loss_falls_on_the_synthetic_swe_data(tmp_path):
     """A fresh tiny model on real text: credit-assignment examples of the synthetic bug-fix set."""
     from orchard.data.tokenizer import Tokenizer

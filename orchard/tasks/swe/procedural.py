@@ -63,6 +63,7 @@ COINED = "coined"
 SYLLABLES = ("ba", "ko", "ri", "ta", "mu", "ve", "lo", "zan", "pel", "dri", "sko", "fen", "gor", "tal", "mi", "qua",
              "nok", "sel", "tur", "vik", "pra", "dun", "hes", "jo", "wim", "cal", "ner", "obo", "ust", "yel")
 VOCABULARY_NAMES = (*VOCABULARIES, COINED)
+_RESERVED = frozenset(keyword.kwlist) | frozenset(dir(builtins))  # no coined noun shadows these
 CONSTANT_RANGES: dict[str, tuple[int, int]] = {"small": (2, 9), "large": (11, 29)}
 
 
@@ -73,7 +74,7 @@ def vocabulary_nouns(vocabulary: str, rng: random.Random, count: int = 18) -> tu
     coined: set[str] = set()
     while len(coined) < count:
         word = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))
-        if not keyword.iskeyword(word) and word not in dir(builtins):
+        if word not in _RESERVED:
             coined.add(word)
     return tuple(sorted(coined))
 
