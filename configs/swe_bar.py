@@ -76,6 +76,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                "param_dtype": "float32", "attention_block": 512, "remat": "none", "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
+    # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying: span + span, the loss on
+    # the copy): 0 steps, none.
+    config.pretrain = ConfigDict({"num_steps": 0, "examples": 60000, "min_span": 8, "max_span": 40, "seq_len": 512,
+                                  "batch_size": 8, "peak_lr": 1e-2, "final_lr": 1e-3})
+
     # Stage 3: credit-assignment SFT, stopped early enough to leave RL rollouts that fail (docs/benchmarks.md). The
     # loss also weighs the tool output the policy is shown, at half an action token's weight (orchard.data.examples).
     config.sft = ConfigDict({"num_steps": 700, "log_every": 10, "eval_every": 700, "checkpoint_every": 100,

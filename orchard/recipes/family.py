@@ -28,7 +28,15 @@ from orchard.harness.episode import SandboxPool, SetupCache
 from orchard.harness.task import Task
 from orchard.models.build import build_model
 from orchard.models.transformer import Transformer
-from orchard.recipes.stages import COPIED_FIELDS, PASSES, Made, SharedStages, content_texts, rl_problems
+from orchard.recipes.stages import (
+    COPIED_FIELDS,
+    PASSES,
+    Made,
+    SharedStages,
+    content_texts,
+    pretrain_problems,
+    rl_problems,
+)
 
 
 @dataclass
@@ -114,7 +122,7 @@ class Family:
             settings = self.typed(config)
         except (ConfigError, KeyError) as exc:
             return [f"{exc}" if isinstance(exc, ConfigError) else f"missing config block {exc}"]
-        return self.check(settings) + rl_problems(settings)
+        return self.check(settings) + pretrain_problems(settings) + rl_problems(settings)
 
     # -- stages --
     def open(self, ctx: Context) -> None:

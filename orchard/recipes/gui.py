@@ -207,6 +207,8 @@ class GUIFamily(Family):
             problems.append(f"chat.format: {config.chat_format!r} has no image tokens; one of {', '.join(VL_FORMATS)}")
         if not config.model.path and "vision" not in config.model.init:
             problems.append("model: a path to a vision-language model, or an init with text and vision blocks")
+        if config.pretrain.num_steps:
+            problems.append("pretrain: copying lessons are for a text policy (a fresh VLM's SFT builds its own model)")
         if rl.rows_per != "turn" and rl.context_images >= 0:
             problems.append("rl.rows_per must be 'turn' when prompts show only the latest screenshots (context_images)")
         if config.sft.images_per_row < 1 or rl.images_per_row < 1:

@@ -6,6 +6,8 @@
     tasks/                 the family's tasks and their split (Family.tasks)
     teacher/               trajectories.jsonl: the teacher's kept episodes (Family.teach)
     tokenizer/             a BPE of the teacher text, unless the config names a tokenizer
+    pretrain_data/, pretrain/   copying lessons for a policy trained from scratch (pretrain.num_steps > 0):
+                           what the policy is at init, and where SFT starts
     sft_data/, sft/        examples (Family.sft), checkpoints, metrics, model/
     rl/                    checkpoints, metrics, model/ (orchard.train.rl over the family's RL harness)
     eval/<set>/<harness>/<stage>_<pass>/   result.json and the episodes behind it: every held-out set,
@@ -50,7 +52,9 @@ from orchard.recipes.stages import (
     Clock,
     Made,
     episodes_path,
+    pretrain_stage,
     sampled_change,
+    starting_from,
     task_ids,
     tokenizer_stage,
     trained_policy,
@@ -225,8 +229,9 @@ def init_made_by(ctx: Context, tokenizer: Made) -> str:
 def rl_start_policy(family: Family, ctx: Context, tokenizer: Tokenizer, init: str) -> tuple[str, str]:
     """Where RL starts without SFT: ``model.path``, or the freshly initialised model saved once."""
     settings = ctx.settings
-    if settings.model.path:
-        return resolve(settings.model.path), fingerprint({"model": settings.model.path})
+    if settings.model.path:  # given, or the copying lessons' policy (made by init)
+        return resolve(settings.model.path), init if settings.pretrain.num_steps else fingerprint(
+            {"model": settings.model.path})
     directory = os.path.join(ctx.workdir, "init_model")
     if not os.path.exists(os.path.join(directory, "config.json")):
         save_pretrained(family.fresh_model(ctx, tokenizer), directory)
@@ -245,6 +250,11 @@ async def run_recipe(family: Family, config: ConfigDict, workdir: str, *, rerun:
         ready = await prepare(family, ctx, clock)
         split, tokenizer = ready.split, ready.tokenizer
         init = init_made_by(ctx, ready.tokenizer_made)
+        if settings.pretrain.num_steps:
+            pretrained = pretrain_stage(settings, workdir, tokenizer, ready.tokenizer_made, rerun)
+            clock.lap("pretrain")
+            ctx.settings = settings = starting_from(settings, pretrained.directory)
+            init = pretrained.made_by
         merge(held, await evaluate(family, ctx, workdir, split, "init", family.passes("init", rl_start),
                                    family.fresh_model(ctx, tokenizer), tokenizer, init))
         clock.lap("evaluate")

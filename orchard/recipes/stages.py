@@ -1,5 +1,6 @@
 """The stages every recipe shares, written once: the typed configs every recipe config holds, the
-tokenizer, SFT and evaluation stages, the trained policy, and the paired change between two evaluations.
+tokenizer, copying lessons (a fresh policy's pretraining), SFT and evaluation stages, the trained policy,
+and the paired change between two evaluations.
 
 Each stage is a :class:`~orchard.workdir.Stage`: its folder records the config and the inputs that made
 it, a rerun with the same ones reuses it, and other ones stop the run (or, with ``rerun``, redo it).
@@ -21,6 +22,7 @@ from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from orchard.config import fingerprint, from_config
+from orchard.data.copying import write_copy_examples
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
 from orchard.eval.metrics import paired_change
@@ -48,6 +50,21 @@ class TokenizerConfig:
 
 
 @dataclass(frozen=True)
+class PretrainConfig:
+    """Copying lessons for a policy trained from scratch, before SFT (:mod:`orchard.data.copying`); 0 steps: none.
+    The run's SFT settings otherwise (optimiser, mesh, model), at these steps, rows and learning rates."""
+
+    num_steps: int = 0
+    examples: int = 60000  # span + span sequences (more than the steps read: each is seen once)
+    min_span: int = 8
+    max_span: int = 40
+    seq_len: int = 512
+    batch_size: int = 8
+    peak_lr: float = 1e-2
+    final_lr: float = 1e-3
+
+
+@dataclass(frozen=True)
 class EvalConfig:
     samples: int = 8  # sampled episodes a held-out task, at the rollouts' temperature
 
@@ -69,6 +86,7 @@ class SharedStages:
     chat_format: str
     model: ModelSpec
     mesh: MeshConfig
+    pretrain: PretrainConfig
     sft: SFTConfig
     rl: RLConfig
     eval: EvalConfig
@@ -96,6 +114,7 @@ def shared_stages(config: ConfigDict) -> tuple[dict[str, Any], dict[str, Any], d
         tokenizer=from_config(TokenizerConfig, c["tokenizer"], "tokenizer"),
         model=model,
         mesh=from_config(MeshConfig, c["mesh"], "mesh"),
+        pretrain=from_config(PretrainConfig, c["pretrain"], "pretrain"),
         sft=from_config(SFTConfig, {**sft, "seed": seed, "mesh": c["mesh"], "model": c["model"]}, "sft"),
         rl=from_config(RLConfig, {**c["rl"], "seed": seed, "chat_format": chat_format, "mesh": c["mesh"],
                                   **model.compute()}, "rl"),
@@ -173,6 +192,36 @@ def trained_policy(config: SharedStages, directory: str, mesh: Mesh | None = Non
     return build_model(replace(config.model, path=directory), config.seed, mesh=mesh)
 
 
+def pretrain_stage(config: SharedStages, workdir: str, tokenizer: Tokenizer, tokenizer_made: Made,
+                   rerun: bool) -> Made:
+    """Copying lessons (``config.pretrain``) for the fresh policy ``config.model`` describes: examples in
+    ``pretrain_data/``, training in ``pretrain/``; the returned directory holds the policy and its tokenizer."""
+    lessons = config.pretrain
+    data = Stage(os.path.join(workdir, "pretrain_data"), "pretrain_data", lessons, {"tokenizer": tokenizer_made.made_by,
+                                                                                     "seed": str(config.seed)})
+    if data.open(rerun) != "done":
+        written = write_copy_examples(os.path.join(data.directory, "train.jsonl"), tokenizer, lessons.examples,
+                                      config.seed, lessons.min_span, lessons.max_span)
+        data.finish({"examples": written})
+    steps = lessons.num_steps
+    training = replace(config.sft, num_steps=steps, seq_len=lessons.seq_len, batch_size=lessons.batch_size,
+                       grad_accum=1, eval_every=steps, checkpoint_every=steps, log_every=max(1, steps // 20),
+                       optim=replace(config.sft.optim, peak_lr=lessons.peak_lr, final_lr=lessons.final_lr))
+    directory = os.path.join(workdir, "pretrain")
+    train_and_evaluate(training, directory, examples=os.path.join(data.directory, "train.jsonl"),
+                       vocab_size=tokenizer.vocab_size, inputs={"examples": data.fingerprint}, rerun=rerun)
+    model_dir = os.path.join(directory, "model")
+    if not os.path.exists(os.path.join(model_dir, "tokenizer.json")):
+        tokenizer.save_pretrained(model_dir)
+    return Made(model_dir, made_by(directory))
+
+
+def starting_from(config: Any, policy: str) -> Any:
+    """``config`` (a recipe's typed config) with every stage that builds the policy starting from ``policy``."""
+    return replace(config, model=replace(config.model, path=policy),
+                   sft=replace(config.sft, model=replace(config.sft.model, path=policy)))
+
+
 def sft_stage(config: SharedStages, workdir: str, examples_config: Any, write: Callable[[str], dict[str, Any]],
               tokenizer_dir: str, inputs: dict[str, str], rerun: bool,
               train_options: Callable[[str], dict[str, Any]] | None = None) -> Made:
@@ -220,6 +269,22 @@ def sampled_change(before: str, after: str) -> dict[str, float]:
     its one-sided sign test."""
     start, end = (Evaluation.of(list(read_trajectories(episodes_path(d)))).task_rates() for d in (before, after))
     return paired_change(start, end).to_dict()
+
+
+def pretrain_problems(config: Any) -> list[str]:
+    """The copying lessons' inconsistencies: they teach a policy trained from scratch, in rows that hold a copy."""
+    lessons, problems = config.pretrain, []
+    if lessons.num_steps < 0:
+        problems.append("pretrain.num_steps must be 0 (no copying lessons) or more")
+    if lessons.num_steps and config.model.path:
+        problems.append(f"pretrain teaches a policy trained from scratch; model.path ({config.model.path}) is "
+                        "already trained: set pretrain.num_steps = 0")
+    if lessons.num_steps and not 1 <= lessons.min_span <= lessons.max_span:
+        problems.append(f"pretrain spans need 1 <= min_span <= max_span, got {lessons.min_span} and {lessons.max_span}")
+    if lessons.num_steps and 2 * lessons.max_span > lessons.seq_len + 1:
+        problems.append(f"pretrain.seq_len ({lessons.seq_len}) cannot hold a span and its copy "
+                        f"(2 x max_span = {2 * lessons.max_span} tokens)")
+    return problems
 
 
 def rl_problems(config: Any) -> list[str]:

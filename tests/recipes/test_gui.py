@@ -33,9 +33,10 @@ def test_the_check_names_each_problem():
     config.rl.seq_len = 1024
     config.rl.curriculum.stages = ({"max_turns": 2}, {"max_turns": 9})
     config.tasks.pages = ("click-test", "no-such-page")
+    config.pretrain.num_steps = 10
     problems = "\n".join(GUI.check_config(config))
     for expected in ("has no image tokens", "rows_per must be 'turn'", "rl.seq_len (1024)", "allows 9 steps",
-                     "['no-such-page'] are not in the MiniWoB catalogue"):
+                     "['no-such-page'] are not in the MiniWoB catalogue", "copying lessons are for a text policy"):
         assert expected in problems, expected
 
 
