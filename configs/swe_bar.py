@@ -91,7 +91,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # budget, 0: none), and what unresolved ones teach: their rise segments (the method), "whole" or "drop".
     config.sft.examples = ConfigDict({"eval_fraction": 0.05, "epsilon": 0.05, "observation_weight": 0.5,
                                       "unresolved": "rise", "select": "all", "fraction": 1.0, "token_budget": 0.0,
-                                      "selection_seed": 0, "synthetic_tasks": 0})
+                                      "selection_seed": 0, "synthetic_tasks": 0, "renamings": 0})
 
     # Stage 4: BAR RL, 14 steps of 8 prompts (about 40 rollouts an update) at a constant 5e-4.
     config.rl = ConfigDict({"num_steps": 14, "checkpoint_every": 2, "prompts_per_step": 8, "updates_per_batch": 1,

@@ -166,7 +166,8 @@ async def teacher_stage(ctx: Context, split: Split) -> Teaching:
 
 class ClawFamily(Family):
     name = "claw"
-    unread_fields = ("sft.images_per_row", "rl.context_images", "rl.images_per_row")  # a text policy's
+    # a text policy's, and the renaming of SWE's generated repositories
+    unread_fields = ("sft.images_per_row", "rl.context_images", "rl.images_per_row", "examples.renamings")
     title = "Orchard-Claw: held-out tasks"
     measures = ("pass_hat_k", "pass_at_k", "mean_score", "safety_violations")
 

@@ -60,6 +60,9 @@ class ExamplesConfig:
     fraction: float = 1.0
     token_budget: float = 0.0
     selection_seed: int = 0  # the selection's and the budget's order (the split into train and eval keeps `seed`)
+    # SWE's generated repositories: copies of each teacher run with its repository's names coined anew
+    # (orchard.tasks.swe.skills.renamed_runs), so that names are copied, not recalled; 0: none.
+    renamings: int = 0
 
 
 def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,

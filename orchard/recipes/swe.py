@@ -46,7 +46,7 @@ from orchard.tasks.swe.collect import CollectionConfig, collect
 from orchard.tasks.swe.diffs import parse_patch
 from orchard.tasks.swe.instance import SWEInstance, load_instances
 from orchard.tasks.swe.oracle import VARIANTS as ORACLE_VARIANTS
-from orchard.tasks.swe.skills import split_by_skill
+from orchard.tasks.swe.skills import renamed_runs, split_by_skill
 from orchard.tasks.swe.task import swe_tasks
 from orchard.tasks.swe.taskset import GENERATION_FIELDS, TaskSetConfig, make_task_set, split_task_set
 from orchard.workdir import Stage, file_fingerprint
@@ -175,6 +175,9 @@ class SWEFamily(Family):
                 problems.append(f"teacher.variants {unknown} are not among {', '.join(ORACLE_VARIANTS)}")
             if teacher.brief and "recover" in teacher.variants:
                 problems.append("teacher.variants: recover reruns the tests, which teacher.brief leaves out")
+        if config.examples.renamings and not tasks.is_procedural:
+            problems.append("sft.examples.renamings renames generated repositories: it needs tasks.sources = "
+                            "('procedural',)")
         if rl.pass_filter.samples and not 0.0 <= rl.pass_filter.low < rl.pass_filter.high <= 1.0:
             problems.append("rl.pass_filter: need 0 <= low < high <= 1")
         for name in ("held_out_helper_fraction", "held_out_fraction", "rl_fraction"):
@@ -208,7 +211,11 @@ class SWEFamily(Family):
 
     def sft(self, ctx: Context, workdir: str, trajectories: Sequence[Trajectory], tokenizer: Tokenizer,
             tokenizer_made: Made, inputs: dict[str, str]) -> Made:
-        return text_sft_stage(ctx.settings, workdir, ctx.settings.examples, trajectories, tokenizer,
+        settings = ctx.settings
+        if settings.examples.renamings:
+            trajectories = [*trajectories, *renamed_runs(trajectories, settings.tasks.procedural, settings.seed,
+                                                         settings.examples.renamings)]
+        return text_sft_stage(settings, workdir, settings.examples, trajectories, tokenizer,
                               tokenizer_made.directory, inputs, ctx.rerun)
 
     def eval_harnesses(self, ctx: Context) -> dict[str, Harness]:

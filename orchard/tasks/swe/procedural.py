@@ -34,8 +34,9 @@ import builtins
 import keyword
 import os
 import random
+import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,27 @@ def vocabulary_nouns(vocabulary: str, rng: random.Random, count: int = 18) -> tu
         if word not in _RESERVED:
             coined.add(word)
     return tuple(sorted(coined))
+
+
+def renaming(nouns: Sequence[str], rng: random.Random, avoid: Iterable[str] = ()) -> dict[str, str]:
+    """A fresh coined noun for each of ``nouns`` (none of them, nor of ``avoid``): one way to rename a repository."""
+    taken = set(nouns) | set(avoid)
+    fresh: list[str] = []
+    while len(fresh) < len(nouns):
+        word = vocabulary_nouns(COINED, rng, count=1)[0]
+        if word not in taken:
+            taken.add(word)
+            fresh.append(word)
+    return dict(zip(nouns, fresh, strict=True))
+
+
+def rename(text: str, mapping: Mapping[str, str]) -> str:
+    """``text`` with every whole-word occurrence of a key of ``mapping`` (alone, in a snake_case identifier,
+    or plural) replaced by its value, in one pass (a new name is never renamed again)."""
+    if not mapping:
+        return text
+    words = "|".join(re.escape(word) for word in sorted(mapping, key=len, reverse=True))
+    return re.sub(rf"(?<![A-Za-z])({words})(?=s?(?![A-Za-z]))", lambda match: mapping[match.group(1)], text)
 
 
 @dataclass(frozen=True)
@@ -304,11 +326,21 @@ def _layout(spec: RepoSpec, modules: list[str]) -> dict[str, str]:
     return {module: f"{prefix}{spec.name}/{module}.py" for module in modules}
 
 
+def _repository_random(spec: RepoSpec) -> random.Random:
+    """Every draw of a repository's text, in order: its nouns first."""
+    return seeded_random(spec.seed, "procedural-repo", spec.name, spec.style, spec.vocabulary, spec.constants)
+
+
+def repository_nouns(spec: RepoSpec) -> tuple[str, ...]:
+    """The nouns ``spec``'s repository names its modules, helpers, arguments and variables from."""
+    return vocabulary_nouns(spec.vocabulary, _repository_random(spec))
+
+
 def write_repository(spec: RepoSpec, dest: str) -> GeneratedRepo:
     """Write the repository ``spec`` describes into ``dest`` (created; it must not hold files)."""
     if os.path.isdir(dest) and os.listdir(dest):
         raise FileExistsError(f"{dest} is not empty")
-    rng = seeded_random(spec.seed, "procedural-repo", spec.name, spec.style, spec.vocabulary, spec.constants)
+    rng = _repository_random(spec)
     nouns = vocabulary_nouns(spec.vocabulary, rng)
     names = _Names(rng, nouns)
     low, high = CONSTANT_RANGES[spec.constants]

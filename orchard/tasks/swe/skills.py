@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from orchard.data.trajectory import Message, Trajectory
 from orchard.eval.splits import split_by_id
 from orchard.seeds import seeded_random
 from orchard.tasks.swe.instance import SWEInstance
@@ -43,6 +44,9 @@ from orchard.tasks.swe.procedural import (
     STYLES,
     VOCABULARY_NAMES,
     RepoSpec,
+    rename,
+    renaming,
+    repository_nouns,
     vocabulary_nouns,
     write_repository,
 )
@@ -198,3 +202,37 @@ def split_by_skill(instances: Sequence[SWEInstance], config: ProceduralConfig, s
     dropped = {"shared_gold_line": len(instances) - len(unique),
                "combo_helper_siblings": len(training) - len(in_combo) - len(candidates)}
     return SkillSplit(sft, rl, validation, held_out, combos, dropped)
+
+
+def renamed_runs(trajectories: Sequence[Trajectory], config: ProceduralConfig, seed: int,
+                 copies: int) -> list[Trajectory]:
+    """``copies`` renamings of every teacher run on a training repository: its nouns and its package name
+    replaced, throughout the run (task, commands, outputs), by coined ones drawn for that copy.
+
+    A policy trained on a few dozen repositories can fix a bug by recalling the names it has seen
+    there; in a renamed copy the names are new, and only copying them from what the run has read so
+    far predicts them. The copies keep their run's task id (its side of the SFT eval split)."""
+    specs = {spec.name: spec for spec in procedural_specs(config, seed)["train"]}
+    out: list[Trajectory] = []
+    for run in trajectories:
+        spec = specs.get(run.task_id.split("__")[0])
+        if spec is None:
+            continue
+        nouns = repository_nouns(spec)
+        number = spec.name.rsplit("kit", 1)[-1]
+        for copy in range(copies):
+            rng = seeded_random(seed, "sft-renaming", run.id, copy)
+            mapping = renaming(nouns, rng)
+            mapping[spec.name] = f"{renaming(['package'], rng, avoid=mapping.values())['package']}kit{number}"
+            messages = [_renamed(message, mapping) for message in run.messages]
+            out.append(run.model_copy(update={"id": f"{run.id}-renamed{copy}", "messages": messages}))
+    return out
+
+
+def _renamed(message: Message, mapping: dict[str, str]) -> Message:
+    calls = [call.model_copy(update={"arguments": {key: rename(value, mapping) if isinstance(value, str) else value
+                                                   for key, value in call.arguments.items()}})
+             for call in message.tool_calls]
+    return message.model_copy(update={"content": rename(message.content, mapping), "tool_calls": calls,
+                                      "reasoning": rename(message.reasoning, mapping) if message.reasoning else
+                                      message.reasoning})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import random
 import re
 
 import pytest
@@ -16,6 +17,9 @@ from orchard.tasks.swe.procedural import (
     SYLLABLES,
     VOCABULARIES,
     RepoSpec,
+    rename,
+    renaming,
+    repository_nouns,
     write_repository,
 )
 from orchard.tasks.swe.testlog import passing
@@ -84,6 +88,25 @@ def test_coined_names_are_new_in_every_repository_and_its_tests_pass(tmp_path):
         assert not mine & {word for words in VOCABULARIES.values() for word in words}
         nouns.append(mine)
     assert not nouns[0] & nouns[1]  # another repository, other names: none can be recalled, only copied
+
+
+def test_a_repositorys_nouns_are_the_ones_its_names_are_made_of(tmp_path):
+    spec = RepoSpec("zankit3", style="single", vocabulary="coined", helpers=8, seed=2)
+    repo = write_repository(spec, str(tmp_path / "repo"))
+    nouns = repository_nouns(spec)
+    assert {key.rsplit(":", 1)[1].split("_", 1)[1] for key in repo.functions} <= set(nouns)
+    assert repository_nouns(RepoSpec("mosskit", vocabulary="garden")) == VOCABULARIES["garden"]
+
+
+def test_renaming_replaces_whole_names_in_one_pass():
+    mapping = renaming(("kovel", "zantri"), random.Random(0), avoid=("pelmu",))
+    assert set(mapping) == {"kovel", "zantri"} and not set(mapping.values()) & {"kovel", "zantri", "pelmu"}
+    assert all(re.fullmatch(f"(?:{'|'.join(SYLLABLES)}){{2,3}}", new) for new in mapping.values())
+    text = "def fold_kovel(zantri, kovels):  # kovelish, Kovel, zantrikovel, tests/test_kovels.py::test_fold_kovel"
+    swapped = {"kovel": "zantri", "zantri": "kovel"}
+    assert rename(text, swapped) == ("def fold_zantri(kovel, zantris):  # kovelish, Kovel, zantrikovel, "
+                                     "tests/test_zantris.py::test_fold_zantri")  # whole words, never renamed twice
+    assert rename(text, {}) == text
 
 
 def test_a_seed_draws_a_different_repository_and_the_same_seed_the_same(tmp_path):

@@ -3,18 +3,23 @@ construction, every kept bug caught by a test and fixed by its gold patch."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from orchard.data.trajectory import Message, Trajectory
 from orchard.tasks.swe.localtests import run_tests
+from orchard.tasks.swe.procedural import repository_nouns
 from orchard.tasks.swe.skills import (
     AXES,
     ProceduralConfig,
     gold_line,
     held_out_combos,
     helper_of,
+    procedural_specs,
+    renamed_runs,
     split_by_skill,
 )
 from orchard.tasks.swe.taskset import TaskSetConfig, make_task_set
@@ -104,3 +109,23 @@ def test_bad_procedural_settings_are_refused():
                        ({"vocabularies": ("ocean",)}, "unknown vocabulary"), ({"repos": 0}, "must be positive")):
         with pytest.raises(ValueError, match=match):
             ProceduralConfig(**bad).check()
+
+
+def test_renamed_runs_hold_none_of_their_repositorys_names_and_keep_their_task():
+    spec = procedural_specs(CONFIG, 0)["train"][0]
+    nouns = repository_nouns(spec)
+    helper, test = f"fold_{nouns[0]}", f"tests/test_{nouns[1]}s.py"
+    run = Trajectory(task_id=f"{spec.name}__swap_operator-1", messages=[
+        Message(role="user", content=f"Fix `{helper}` in procedural/{spec.name}: {test} fails"),
+        Message(role="assistant", content=f"```bash\ngrep -rn 'def {helper}' src/{spec.name}\n```"),
+        Message(role="user", content=f"src/{spec.name}/{nouns[1]}s.py:3:def {helper}({nouns[2]}):")])
+    other = Trajectory(task_id="opkit__swap_operator-2", messages=[Message(role="user", content="not generated")])
+    copies = renamed_runs([run, other], CONFIG, 0, copies=2)
+    assert len(copies) == 2 and {c.task_id for c in copies} == {run.task_id}  # the shipped repository's run: none
+    texts = ["\n".join(m.content for m in c.messages) for c in copies]
+    for text in texts:
+        assert spec.name not in text and not any(noun in text for noun in nouns[:3])
+        helper_now = re.search(r"Fix `(fold_[a-z]+)`", text).group(1)
+        assert text.count(helper_now) == 3  # the same new name wherever the old one was
+    assert texts[0] != texts[1]  # each copy its own names
+    assert renamed_runs([run], CONFIG, 0, copies=2) == copies  # seeded
