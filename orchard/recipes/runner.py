@@ -229,7 +229,7 @@ def init_made_by(ctx: Context, tokenizer: Made) -> str:
 def rl_start_policy(family: Family, ctx: Context, tokenizer: Tokenizer, init: str) -> tuple[str, str]:
     """Where RL starts without SFT: ``model.path``, or the freshly initialised model saved once."""
     settings = ctx.settings
-    if settings.model.path:  # given, or the copying lessons' policy (made by init)
+    if settings.model.path:  # given, or the copying lessons' policy (then `init` is its fingerprint)
         return resolve(settings.model.path), init if settings.pretrain.num_steps else fingerprint(
             {"model": settings.model.path})
     directory = os.path.join(ctx.workdir, "init_model")
