@@ -11,10 +11,10 @@ noun: ``stack_dunri``).
 So a fresh policy first learns to copy: each example is a random span of the tokenizer's word pieces
 followed by the same span, the loss on the copy only, so nothing but copying lowers it. The tiny policy
 (2 layers of width 64, 1,704 word pieces) stayed near ln(1704) = 7.4 (6.9 to 7.2) for 400 steps of 8 rows
-of 512 tokens at a peak learning rate of 1e-2 (3e-3 never left it in 400), then fell below 0.2 within 100. This stands in
-for pretraining; it teaches no task and holds no text of any task. On its own it does not survive SFT on a
-few hundred runs that reward recalling names (the SFT policy copied no better than one trained from scratch):
-:func:`orchard.tasks.swe.skills.renamed_runs` makes recall useless there.
+of 512 tokens at a peak learning rate of 1e-2 (3e-3 never left it in 400), then fell below 0.2 within 100.
+This stands in for pretraining; it teaches no task and holds no text of any task. On its own it does not
+survive SFT on a few hundred runs that reward recalling names (the SFT policy copied no better than one
+trained from scratch): :func:`orchard.tasks.swe.skills.renamed_runs` makes recall useless there.
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ def renamed_runs(trajectories: Sequence[Trajectory], config: ProceduralConfig, s
         for copy in range(copies):
             rng = seeded_random(seed, "sft-renaming", run.id, copy)
             mapping = renaming(nouns, rng)
-            mapping[spec.name] = f"{renaming(['package'], rng, avoid=mapping.values())['package']}kit{number}"
+            mapping[spec.name] = renaming([spec.name], rng, avoid=mapping.values())[spec.name] + f"kit{number}"
             messages = [_renamed(message, mapping) for message in run.messages]
             out.append(run.model_copy(update={"id": f"{run.id}-renamed{copy}", "messages": messages}))
     return out
@@ -234,5 +234,4 @@ def _renamed(message: Message, mapping: dict[str, str]) -> Message:
                                                    for key, value in call.arguments.items()}})
              for call in message.tool_calls]
     return message.model_copy(update={"content": rename(message.content, mapping), "tool_calls": calls,
-                                      "reasoning": rename(message.reasoning, mapping) if message.reasoning else
-                                      message.reasoning})
+                                      "reasoning": message.reasoning and rename(message.reasoning, mapping)})
