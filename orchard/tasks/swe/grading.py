@@ -19,21 +19,29 @@ background process) is there; only the submitted diff comes across.
    to them is discarded, not punished: the rest of the submission is graded as if it had not
    been made, and the discarded paths are recorded (:attr:`GradeResult.discarded`). Then the
    test patch is applied.
-3. Run the files that hold the FAIL_TO_PASS and PASS_TO_PASS tests with pytest, writing the JUnit
-   report into a directory made for this grade under a random name (a path that did not exist
-   before, so nothing can have pre-written it). The report is read with a size cap
-   (:data:`REPORT_MAX_BYTES`) and parsed with ``defusedxml`` (:func:`~.testlog.parse_junit`).
-   A report that is missing (pytest killed, crashed or never started), oversized or malformed is
-   a failed grade with that reason, never a pass: the grader does not fall back to the log.
-4. Resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passed (``passed`` or
+3. **Scan what the submission adds** to the files the grader keeps (:mod:`~.tampering`): code that
+   reaches for the test machinery (pytest or its internals, exit hooks, an early exit, the
+   interpreter's state, its callers' frames, the test files, code built at run time) is graded
+   ``tampering`` without running the tests.
+4. Run the files that hold the FAIL_TO_PASS and PASS_TO_PASS tests with pytest and the verdict plugin
+   (:mod:`~.verdict_plugin`), loaded before any conftest or code under test. Each test's verdict
+   comes over a file descriptor of the plugin's, written to a directory made for this grade under a
+   random name, each line carrying a nonce the plugin takes out of the environment before the code
+   under test runs, the stream closed before any ``atexit`` handler of the tested code. No report
+   file is read. A stream that is missing or incomplete (pytest killed, exited early, never
+   started), oversized or not this run's is a failed grade with that reason, never a pass; one where
+   the plugin saw the report machinery changed (pytest's runner or report class patched, a report
+   hook registered by anything but pytest, the plugin or a restored ``conftest.py``) is graded
+   ``tampering``.
+5. Resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passed (``passed`` or
    ``xfailed``). A test missing from the results counts as failed, and so does a skipped one:
    stricter than SWE-bench, which leaves skipped tests out of its counts, so that a submission
    cannot resolve a task by making its tests skip.
 
-What this does not stop: the code under test runs inside the test process, so a submission to it
-could rewrite pytest's results from there (a patched ``_pytest`` at import time). No grader that
-runs the code under test in-process can rule that out; the red-team attacks
-(:mod:`orchard.tasks.swe.attacks`) cover what a grader can.
+What this does not stop: code under test that forges the plugin's own lines, nonce and all, found by
+introspecting its process. The scan of step 3 flags the means such code needs (frames, the heap,
+the interpreter's state, code built at run time); a verdict from a process the tested code cannot
+reach at all would need the tests to call it across a process boundary.
 
 :func:`grade_in_fresh_sandbox` does it all in a fresh sandbox: create, set up, grade, delete. Both are
 coroutines over the async SDK; sync callers use ``sandbox.run_async(grade_submission, ...)``.
@@ -41,6 +49,7 @@ coroutines over the async SDK; sync callers use ``sandbox.run_async(grade_submis
 
 from __future__ import annotations
 
+import os
 import posixpath
 import secrets
 import shlex
@@ -51,7 +60,8 @@ from typing import Any, Literal
 from orchard.env import PathNotFound
 from orchard.tasks.swe.diffs import patched_files
 from orchard.tasks.swe.instance import SWEInstance
-from orchard.tasks.swe.testlog import TestResult, parse_junit, pytest_command
+from orchard.tasks.swe.tampering import scan_submission
+from orchard.tasks.swe.testlog import TestResult, parse_verdict, pytest_command
 from orchard.tasks.swe.workspace import (
     BASE_TAG,
     REPO_DIR,
@@ -62,13 +72,15 @@ from orchard.tasks.swe.workspace import (
 )
 
 REPORT_PARENT = "/tmp"
-REPORT_MAX_BYTES = 16 << 20  # a JUnit report of thousands of tests is a few MiB
+REPORT_MAX_BYTES = 16 << 20  # the verdicts of thousands of tests, their failure messages cut, are a few MiB
+VERDICT_PLUGIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "verdict_plugin.py")
+VERDICT_FD = 3
 LOG_TAIL = 20_000
 # Files that configure or extend pytest or the interpreter, wherever they sit in the repository.
 PYTEST_FILES = frozenset({"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py",
                           "usercustomize.py"})
 Reason = Literal["patch_does_not_apply", "test_patch_does_not_apply", "tests_timed_out", "report_missing",
-                 "report_too_large", "report_malformed"]
+                 "report_too_large", "report_malformed", "tampering"]
 
 
 @dataclass(frozen=True)
@@ -143,18 +155,25 @@ async def _discard_protected(sandbox: Any, instance: SWEInstance, repo: str) -> 
     return tuple(paths)
 
 
-async def _read_report(sandbox: Any, path: str) -> tuple[dict[str, TestResult], Reason | None, str]:
-    """The report's results, or why there are none (missing, too large, malformed) and a detail."""
+async def _read_verdicts(sandbox: Any, path: str, nonce: str) -> tuple[dict[str, TestResult], Reason | None, str]:
+    """The verdict plugin's results, or why there are none (missing, too large, malformed, tampering) and a
+    detail."""
     try:
         info = await sandbox.stat(path)
     except PathNotFound:
-        return {}, "report_missing", "pytest wrote no report (killed, crashed or never started)"
+        return {}, "report_missing", "the tests never ran"
     if info.type != "file" or info.size > REPORT_MAX_BYTES:
-        return {}, "report_too_large", f"the report is a {info.type} of {info.size} bytes (cap {REPORT_MAX_BYTES})"
-    try:
-        return parse_junit(await sandbox.read_file(path)), None, ""
-    except ValueError as exc:
-        return {}, "report_malformed", str(exc)[:2000]
+        return {}, "report_too_large", f"the verdicts are a {info.type} of {info.size} bytes (cap {REPORT_MAX_BYTES})"
+    text = (await sandbox.read_file(path)).decode("utf-8", "replace")
+    return parse_verdict(text, nonce)
+
+
+def _with_plugin(env: dict[str, str], plugin_dir: str, nonce: str) -> dict[str, str]:
+    """``env`` with the verdict plugin importable and loaded first, and its nonce and descriptor."""
+    path = ":".join(filter(None, (plugin_dir, env.get("PYTHONPATH", ""))))
+    addopts = " ".join(filter(None, ("-p orchard_verdict", env.get("PYTEST_ADDOPTS", ""))))
+    return {**env, "PYTHONPATH": path, "PYTEST_ADDOPTS": addopts, "ORCHARD_VERDICT_NONCE": nonce,
+            "ORCHARD_VERDICT_FD": str(VERDICT_FD)}
 
 
 def judge(instance: SWEInstance, results: dict[str, TestResult]) -> tuple[bool, tuple[TestOutcome, ...]]:
@@ -186,16 +205,26 @@ async def grade_submission(sandbox: Any, instance: SWEInstance, submission_patch
         if not applied.applied:
             return GradeResult(instance.instance_id, False, "patch_does_not_apply", _rejected(applied))
     discarded = await _discard_protected(sandbox, instance, repo)
+    findings = scan_submission(submission_patch, protected(instance, patched_files(submission_patch)))
+    if findings:
+        return GradeResult(instance.instance_id, False, "tampering", "\n".join(f.describe() for f in findings)[:4000],
+                           discarded=discarded)
     if instance.test_patch.strip():
         applied = await sandbox.apply_patch(instance.test_patch, cwd=repo)
         if not applied.applied:
             return GradeResult(instance.instance_id, False, "test_patch_does_not_apply", _rejected(applied),
                                discarded=discarded)
-    report_dir = f"{REPORT_PARENT}/orchard-grade-{secrets.token_hex(8)}"
-    report_path = f"{report_dir}/report.xml"
-    command = pytest_command(instance.test_cmd, workspace.python, report_path, instance.test_files)
-    run = await sandbox.exec(f"mkdir -m 700 {report_dir} && {command}", cwd=repo, env=workspace.env, timeout=timeout)
-    results, reason, detail = await _read_report(sandbox, report_path)
+    report_dir, nonce = f"{REPORT_PARENT}/orchard-grade-{secrets.token_hex(8)}", secrets.token_hex(16)
+    verdict_path = f"{report_dir}/verdicts.jsonl"
+    made = await sandbox.exec(f"mkdir -m 700 {report_dir}", timeout=60)
+    if not made.ok:
+        raise SetupError(f"could not make the grade's directory: {made.stderr[-2000:]}")
+    with open(VERDICT_PLUGIN, "rb") as plugin:
+        await sandbox.write_file(f"{report_dir}/orchard_verdict.py", plugin.read())
+    command = pytest_command(instance.test_cmd, workspace.python, None, instance.test_files)
+    run = await sandbox.exec(f"{VERDICT_FD}>{verdict_path} {command}", cwd=repo,
+                             env=_with_plugin(workspace.env, report_dir, nonce), timeout=timeout)
+    results, reason, detail = await _read_verdicts(sandbox, verdict_path, nonce)
     if run.timed_out:
         reason, detail = "tests_timed_out", run.stderr[-LOG_TAIL:]
     resolved, outcomes = judge(instance, results)

@@ -13,12 +13,16 @@ When a test appears more than once (a test that passed but whose teardown failed
 ``PASSED`` and ``ERROR`` in the summary), the worst status wins. A test missing from both
 sources has no status; graders count it as failed.
 
+The grader reads neither: its verdicts come from :mod:`orchard.tasks.swe.verdict_plugin` over a file
+descriptor of their own, read by :func:`parse_verdict`.
+
 Statuses are pytest's words: ``passed``, ``failed``, ``error``, ``skipped``, ``xfailed``,
 ``xpassed``. Only ``passed`` and ``xfailed`` count as passing (SWE-bench's rule).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import xml.etree.ElementTree as ET
@@ -52,8 +56,8 @@ class TestResult:
         return self.status in PASSING
 
 
-def pytest_command(test_cmd: str, python: str, report_path: str, test_files: Iterable[str]) -> str:
-    """The shell command that runs ``test_files`` and writes the JUnit report.
+def pytest_command(test_cmd: str, python: str, report_path: str | None, test_files: Iterable[str]) -> str:
+    """The shell command that runs ``test_files`` and writes the JUnit report (none without ``report_path``).
 
     ``test_cmd`` is the instance's command with ``{python}`` standing for the interpreter. The
     cache provider is off so that a run leaves no ``.pytest_cache`` in the repository, and
@@ -62,8 +66,9 @@ def pytest_command(test_cmd: str, python: str, report_path: str, test_files: Ite
     costs only its own tests (missing, so failed), not the whole run.
     """
     command = test_cmd.replace("{python}", shlex.quote(python))
-    flags = ["-rA", "-p", "no:cacheprovider", "--rootdir=.", "--continue-on-collection-errors",
-             "-o", "junit_family=xunit1", f"--junitxml={report_path}"]
+    flags = ["-rA", "-p", "no:cacheprovider", "--rootdir=.", "--continue-on-collection-errors"]
+    if report_path is not None:
+        flags += ["-o", "junit_family=xunit1", f"--junitxml={report_path}"]
     return " ".join([command, *map(shlex.quote, flags), *map(shlex.quote, test_files)])
 
 
@@ -167,3 +172,47 @@ def parse_results(xml_text: str | bytes | None, log: str) -> dict[str, TestResul
 
 def passing(results: Mapping[str, TestResult]) -> set[str]:
     return {test for test, result in results.items() if result.passed}
+
+
+def _phase_status(line: dict) -> str:
+    """A verdict line's status in pytest's words (a phase's report, as the JUnit report counts it)."""
+    outcome, when, xfail = line.get("outcome"), line.get("when"), bool(line.get("wasxfail"))
+    if outcome == "passed":
+        return "xpassed" if xfail and when == "call" else "passed"
+    if outcome == "skipped":
+        return "xfailed" if xfail else "skipped"
+    return "failed" if when == "call" else "error"
+
+
+def parse_verdict(text: str, nonce: str) -> tuple[dict[str, TestResult], str | None, str]:
+    """Per-test results from the verdict plugin's lines, or why there are none: ``report_missing`` (no
+    complete stream: pytest killed, exited early, or never loaded the plugin), ``report_malformed`` (a
+    line that is not this run's, out of order, or anything after ``end``) or ``tampering`` (the plugin
+    saw the machinery that makes reports changed, or a report of another class). The third item says
+    what was found."""
+    lines = []
+    for number, raw in enumerate(text.splitlines()):
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            return {}, "report_malformed", f"line {number} is not JSON: {raw[:200]!r}"
+        if not isinstance(line, dict) or line.get("nonce") != nonce or line.get("seq") != number:
+            return {}, "report_malformed", f"line {number} is not this run's plugin's: {raw[:200]!r}"
+        lines.append(line)
+    ends = [n for n, line in enumerate(lines) if line.get("kind") == "end"]
+    if not lines or lines[0].get("kind") != "start" or not ends:
+        return {}, "report_missing", "no complete verdict stream (pytest killed, exited early or never started)"
+    if ends[0] != len(lines) - 1:
+        return {}, "report_malformed", f"{len(lines) - 1 - ends[0]} lines after the end of the run"
+    tampered = [line for line in lines if line.get("kind") == "tampered"]
+    forged = [line["nodeid"] for line in lines if line.get("kind") == "report" and not line.get("genuine")]
+    if tampered or forged or lines[-1].get("tampered"):
+        found = [f"{line.get('where')}: changed {line.get('changed')}, foreign hooks {line.get('foreign')}"
+                 for line in tampered] + [f"a report not made by pytest for {nodeid}" for nodeid in forged]
+        return {}, "tampering", "; ".join(found)[:4000]
+    results: dict[str, TestResult] = {}
+    for line in lines:
+        if line.get("kind") == "report":
+            status = _phase_status(line)
+            results[line["nodeid"]] = _worse(results.get(line["nodeid"]), TestResult(status, line.get("message", "")))
+    return results, None, ""

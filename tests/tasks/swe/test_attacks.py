@@ -20,7 +20,7 @@ import orchard
 from orchard.eval.redteam import run_attacks
 from orchard.harness import BashHarness, EpisodeRunner
 from orchard.harness.episode import SetupCache
-from orchard.tasks.swe.attacks import swe_attacks
+from orchard.tasks.swe.attacks import forge_attacks, swe_attacks
 from orchard.tasks.swe.diffs import unified_diff
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.task import SWETask
@@ -113,3 +113,44 @@ async def test_filling_disk_memory_and_output_is_a_failed_grade_not_a_crash(resu
 async def test_no_escape_works_from_inside(results):
     seen = results["escape_the_sandbox"].observations()
     assert "ESCAPED" not in seen and "refused keyctl" in seen
+
+
+@pytest.fixture(scope="module")
+async def forged(aclient, instance) -> AsyncIterator[dict]:
+    async with SetupCache(aclient) as setups:
+        runner = EpisodeRunner(aclient, concurrency=1, episode_seconds=300, setups=setups)
+        played = await run_attacks(runner, SWETask(instance), forge_attacks(instance), BashHarness(command_timeout=30))
+        yield {result.attack.name: result for result in played}
+
+
+async def test_code_under_test_cannot_forge_a_pass_from_inside_the_test_process(forged):
+    """Each forgery changes one file of the code under test and leaves the bug: no test file, no conftest.
+    Against the grader that read pytest's JUnit report, four of them were graded resolved."""
+    assert set(forged) == {"forge_report_at_exit", "forge_runner_internals", "forge_registered_plugin",
+                           "forge_early_exit", "forge_special_case"}
+    grades = {name: result.trajectory.metadata["grade"] for name, result in forged.items()}
+    for name, result in forged.items():
+        assert result.reward == -1.0 and not grades[name]["discarded"], (name, grades[name])
+        assert grades[name]["reason"] == "tampering", (name, grades[name])  # the scan names what it found
+    assert "(exit_hooks)" in grades["forge_report_at_exit"]["detail"]
+    assert "(introspection)" in grades["forge_special_case"]["detail"]
+
+
+async def test_the_verdict_plugin_catches_forgeries_the_scan_is_not_shown(forged, monkeypatch, aclient, instance):
+    """With the scan switched off, the verdict channel alone: the report rewritten at exit is never read, a
+    patched runner or a foreign report hook is tampering, an early exit leaves no complete stream."""
+    from orchard.tasks.swe import grading
+
+    monkeypatch.setattr(grading, "scan_submission", lambda diff, protected: [])
+    async with SetupCache(aclient) as setups:
+        runner = EpisodeRunner(aclient, concurrency=1, episode_seconds=300, setups=setups)
+        attacks = [a for a in forge_attacks(instance) if a.name != "forge_special_case"]
+        played = await run_attacks(runner, SWETask(instance), attacks, BashHarness(command_timeout=30))
+    grades = {result.attack.name: result.trajectory.metadata["grade"] for result in played}
+    assert all(result.reward == -1.0 for result in played), grades
+    assert grades["forge_report_at_exit"]["reason"] is None and grades["forge_report_at_exit"]["fail_to_pass_passed"] == 0
+    assert grades["forge_runner_internals"]["reason"] == "tampering"
+    assert "from_item_and_call" in grades["forge_runner_internals"]["detail"]
+    assert grades["forge_registered_plugin"]["reason"] == "tampering"
+    assert "pytest_runtest_makereport" in grades["forge_registered_plugin"]["detail"]
+    assert grades["forge_early_exit"]["reason"] == "report_missing"

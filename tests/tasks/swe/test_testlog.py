@@ -1,13 +1,24 @@
-"""Per-test results from a real pytest run: JUnit report first, the -rA summary as fallback."""
+"""Per-test results from a real pytest run: JUnit report first, the -rA summary as fallback; and the
+grader's verdict plugin's stream, checked line by line."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from orchard.tasks.swe.testlog import PYTEST_ENV, parse_junit, parse_results, parse_summary, pytest_command
+from orchard.tasks.swe.grading import VERDICT_PLUGIN
+from orchard.tasks.swe.testlog import (
+    PYTEST_ENV,
+    parse_junit,
+    parse_results,
+    parse_summary,
+    parse_verdict,
+    pytest_command,
+)
 
 TESTS = '''
 import pytest
@@ -96,3 +107,43 @@ def test_a_report_with_a_dtd_or_entities_is_refused_as_malformed():
                 '</testsuites>')
     with pytest.raises(ValueError):
         parse_junit(external)
+
+
+@pytest.fixture(scope="module")
+def verdict_run(tmp_path_factory) -> str:
+    """The same tests run with the verdict plugin loaded as the grader loads it, its stream on descriptor 3."""
+    repo, plugin = tmp_path_factory.mktemp("verdict-repo"), tmp_path_factory.mktemp("plugin")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_mixed.py").write_text(TESTS)
+    (repo / "tests" / "test_broken.py").write_text("import no_such_module\n\ndef test_never(): pass\n")
+    shutil.copy(VERDICT_PLUGIN, plugin / "orchard_verdict.py")
+    stream = repo / "verdicts.jsonl"
+    command = f"3>{stream} " + pytest_command("{python} -m pytest", sys.executable, None, ["tests"])
+    subprocess.run(command, shell=True, cwd=repo, capture_output=True, text=True, executable="/bin/bash",
+                   env={"PATH": "/usr/bin:/bin", **PYTEST_ENV, "PYTHONPATH": str(plugin),
+                        "PYTEST_ADDOPTS": "-p orchard_verdict", "ORCHARD_VERDICT_NONCE": "n0nce"})
+    return stream.read_text()
+
+
+def test_the_verdict_stream_gives_the_reports_statuses(verdict_run, pytest_run):
+    results, reason, detail = parse_verdict(verdict_run, "n0nce")
+    assert reason is None and detail == ""
+    junit = {test: r.status for test, r in parse_junit(pytest_run[0]).items()}
+    # a strict XPASS is pytest's failure of the call (the JUnit report names it xpassed): neither passes
+    assert {test: r.status for test, r in results.items()} == {**junit, "tests/test_mixed.py::test_strict_xpass": "failed"}
+    assert "arithmetic" in results["tests/test_mixed.py::test_fail"].message
+
+
+def test_a_verdict_stream_that_is_not_whole_or_not_this_runs_is_no_verdict(verdict_run):
+    lines = verdict_run.splitlines()
+    assert parse_verdict(verdict_run, "other")[1] == "report_malformed"  # another run's nonce
+    assert parse_verdict("\n".join(lines[:-1]), "n0nce")[1] == "report_missing"  # no end: killed or exited early
+    assert parse_verdict("", "n0nce")[1] == "report_missing"
+    assert parse_verdict("\n".join(lines[:3] + lines[4:]), "n0nce")[1] == "report_malformed"  # a line dropped
+    late = json.dumps({"nonce": "n0nce", "seq": len(lines), "kind": "report", "nodeid": "x", "when": "call",
+                       "outcome": "passed", "genuine": True})
+    assert parse_verdict("\n".join([*lines, late]), "n0nce")[1] == "report_malformed"  # written after the end
+    assert parse_verdict(verdict_run + "not json\n", "n0nce")[1] == "report_malformed"
+    forged = [json.loads(line) for line in lines]
+    forged[1]["genuine"] = False  # a report of a class pytest did not make
+    assert parse_verdict("\n".join(map(json.dumps, forged)), "n0nce")[1] == "tampering"
