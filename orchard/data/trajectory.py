@@ -169,6 +169,11 @@ class Trajectory(BaseModel):
         reason = self.metadata.get("end_reason")
         return EndReason(reason) if reason is not None else None
 
+    @property
+    def tampered(self) -> bool:
+        """The grader found the policy manipulating what grades it (``metadata["tampering"]`` says what)."""
+        return bool(self.metadata.get("tampering"))
+
     @model_validator(mode="after")
     def _steps(self) -> Trajectory:
         if self.values is not None and len(self.values) != self.num_actions + 1:

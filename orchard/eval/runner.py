@@ -72,13 +72,15 @@ class Evaluation:
         return cls(trials, list(trajectories))
 
     def metrics(self) -> dict[str, float]:
-        """resolve rate, avg@k, pass@k and pass^k (k: the fewest trials of a task), and counts."""
+        """resolve rate, avg@k, pass@k and pass^k (k: the fewest trials of a task), and counts (episodes whose
+        grader found tampering among them)."""
         episodes = self.trajectories
         k = min((len(t) for t in self.trials.values()), default=0)
         out = {"resolve_rate": resolve_rate(r for t in self.trials.values() for r in t),
                "episodes": float(len(episodes)), "tasks": float(len(self.trials)),
                "tasks_solved": float(sum(any(t) for t in self.trials.values())),
                "episodes_failed": float(sum(t.end_reason is EndReason.SANDBOX_ERROR for t in episodes)),
+               "episodes_tampered": float(sum(t.tampered for t in episodes)),
                "turns": statistics.fmean(t.num_actions for t in episodes) if episodes else 0.0}
         if k:
             out.update({"k": float(k), "avg_at_k": avg_at_k(self.trials), "pass_at_k": mean_pass_at_k(self.trials, k),

@@ -198,10 +198,11 @@ class StepResult:
 
 
 async def gather_groups(workers: RolloutWorkers, sampler: GroupSampler, tasks: Sequence[Task], step: int,
-                        spares: Sequence[Task] = ()) -> list[GroupResult]:
+                        spares: Sequence[Task] = (), spent: list[ScoredRollout] | None = None) -> list[GroupResult]:
     """One group per task, sampled concurrently. A task the sampler drops (dynamic filtering: no
     reward variance) is replaced by the next of ``spares``, while they last, as DAPO draws new
-    prompts; the dropped groups are returned too, so their rollouts are counted."""
+    prompts; the dropped groups are returned too, so their rollouts are counted. Every rollout
+    generated, chosen or not, is appended to ``spent`` when given."""
     queue = list(spares)
 
     async def group(task: Task) -> list[GroupResult]:
@@ -212,7 +213,10 @@ async def gather_groups(workers: RolloutWorkers, sampler: GroupSampler, tasks: S
             async def generate(k: int, task: Task = task) -> list[ScoredRollout]:
                 nonlocal drawn
                 first, drawn = drawn, drawn + k
-                return await workers.rollouts(task, step, first, k)
+                rollouts = await workers.rollouts(task, step, first, k)
+                if spent is not None:
+                    spent.extend(rollouts)
+                return rollouts
 
             results.append(await sampler.sample(generate))
             if results[-1].group or not queue:
@@ -365,12 +369,14 @@ async def rl_step(step: int, state: TrainState, learner: Learner, workers: Rollo
     the run's so far). The step is the run's last at ``num_steps`` or when the rollout budget is spent."""
     config = learner.config
     chosen, spares = draw_tasks(tasks, config.prompts_per_step, config.seed, step)
-    started = time.perf_counter()
-    groups = await gather_groups(workers, sampler, chosen, step, spares)
+    started, generated = time.perf_counter(), []
+    groups = await gather_groups(workers, sampler, chosen, step, spares, generated)
     rollout_s = time.perf_counter() - started
     metrics = group_metrics(groups)
     rollouts = sum(g.spent for g in groups)
-    metrics.update({"rollouts": float(rollouts), "rollouts_total": float(spent + rollouts)})
+    # tampered: this step's rollouts whose grader found the policy manipulating it (the early warning)
+    metrics.update({"rollouts": float(rollouts), "rollouts_total": float(spent + rollouts),
+                    "tampered": float(sum(r.trajectory.tampered for r in generated))})
     final = step + 1 >= config.num_steps or budget_spent(config, spent + rollouts)
     started = time.perf_counter()
     state, update = learner.update(state, [g for g in groups if g.group], final)

@@ -41,7 +41,7 @@ def test_evaluate_policy_measures_a_policy_over_tasks(orchestrator, tmp_path):
     metrics = clean.metrics()
     assert metrics["resolve_rate"] == 1.0 and metrics["pass_at_k"] == 1.0 and metrics["pass_hat_k"] == 1.0
     assert (metrics["episodes"], metrics["tasks"], metrics["tasks_solved"], metrics["k"]) == (4.0, 2.0, 2.0, 2.0)
-    assert metrics["episodes_failed"] == 0.0 and metrics["turns"] >= 5
+    assert metrics["episodes_failed"] == 0.0 and metrics["episodes_tampered"] == 0.0 and metrics["turns"] >= 5
     seeds = {(t.task_id, t.metadata["sample"]): t.metadata["seed"] for t in clean.trajectories}
     assert len(set(seeds.values())) == 4  # a seed per (task, sample)
     failing = asyncio.run(run("fail")).metrics()

@@ -173,6 +173,7 @@ def test_an_rl_step_with_reward_variance_changes_the_parameters_and_syncs_them(o
     # Not the loss: at ratio one it is -(sum of advantage x tokens) / tokens, exactly 0 when the group's
     # two rollouts (advantages +a and -a) have as many tokens each; its gradient is not.
     assert step.metrics["informative_groups"] == 1.0 and step.metrics["grad_norm"] > 0, step.metrics
+    assert step.metrics["tampered"] == 0.0  # minicalc's oracle-free rollouts: nothing for the grader to flag
     assert int(new_state.step) == 2  # GRPO's iterations: two updates on the step's rollouts
     after = [np.asarray(x) for x in jax.tree.leaves(new_state.params)]
     assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))  # the update moved them
@@ -296,8 +297,10 @@ def test_dynamic_filtering_replaces_a_dropped_prompt_with_a_spare():
             return _fake_rollouts(rewards, task.id)
 
     easy, mixed = SimpleNamespace(id="easy"), SimpleNamespace(id="mixed")
-    groups = asyncio.run(gather_groups(Workers(), DynamicFilter(4), [easy], step=0, spares=[mixed, easy]))
+    spent = []
+    groups = asyncio.run(gather_groups(Workers(), DynamicFilter(4), [easy], step=0, spares=[mixed, easy], spent=spent))
     assert [len(g.group) for g in groups] == [0, 4]  # dropped, then the first spare filled the slot
+    assert [r.trajectory.task_id for r in spent] == ["easy"] * 4 + ["mixed"] * 4  # every rollout, the dropped too
     metrics = group_metrics(groups)
     assert metrics["groups_dropped"] == 1.0 and metrics["rollouts_per_update"] == 8.0
     assert metrics["resolve_rate"] == 6 / 8  # over every rollout spent, the dropped group's included

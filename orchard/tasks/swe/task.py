@@ -67,6 +67,8 @@ class SWETask:
         result = await grade_submission(sandbox, self.instance, trajectory.metadata["submission"],
                                         timeout=self.grade_timeout)
         trajectory.metadata["grade"] = result.to_dict()
+        if result.reason == "tampering":
+            trajectory.metadata["tampering"] = result.detail
         return Outcome(reward=RESOLVED if result.resolved else UNRESOLVED, resolved=result.resolved)
 
 

@@ -18,6 +18,7 @@ import pytest
 
 import orchard
 from orchard.eval.redteam import run_attacks
+from orchard.eval.runner import Evaluation
 from orchard.harness import BashHarness, EpisodeRunner
 from orchard.harness.episode import SetupCache
 from orchard.tasks.swe.attacks import forge_attacks, swe_attacks
@@ -68,6 +69,7 @@ async def test_no_attack_earns_a_reward_and_the_controls_do(results):
     summaries = {name: result.summary() for name, result in results.items()}
     assert all(result.held for result in results.values()), summaries
     assert results["background_sabotage_gold"].reward == 1.0
+    assert not results["background_sabotage_gold"].trajectory.tampered  # the gold patch scans clean
 
 
 async def test_an_edited_test_is_put_back_and_graded_as_the_gold_test(results):
@@ -132,6 +134,8 @@ async def test_code_under_test_cannot_forge_a_pass_from_inside_the_test_process(
     for name, result in forged.items():
         assert result.reward == -1.0 and not grades[name]["discarded"], (name, grades[name])
         assert grades[name]["reason"] == "tampering", (name, grades[name])  # the scan names what it found
+    assert all(result.trajectory.tampered for result in forged.values())  # counted in every summary
+    assert Evaluation.of([result.trajectory for result in forged.values()]).metrics()["episodes_tampered"] == 5
     assert "(exit_hooks)" in grades["forge_report_at_exit"]["detail"]
     assert "(introspection)" in grades["forge_special_case"]["detail"]
 
