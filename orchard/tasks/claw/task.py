@@ -14,9 +14,12 @@ A pooled sandbox (the family is ``reusable``) keeps its services process: the se
 the new task's config over the admin route and rewrites the workspace, in milliseconds.
 
 **Grading** (:meth:`ClawTask.grade`) reads the environment, never the transcript: the services'
-state and audit log over the admin route, then every process in the sandbox but the services and the
-agent is killed (nothing the policy left running can touch what follows), the state goes into a
-fresh file, and the tests run there (:mod:`orchard.tasks.claw.services.run_tests`, ``python -I``).
+state and audit log over the admin route, each answer signed by the services with the admin token (a
+server the policy starts on their port cannot sign: the episode is graded -1 as tampering), then every
+process in the sandbox but the services and the agent is killed (nothing the policy left running can
+touch what follows), the state goes into a fresh folder with a fresh copy of the test runner (the
+policy may have rewritten the one set-up uploaded), and the tests run there
+(:mod:`orchard.tasks.claw.services.run_tests`, ``python -I``).
 The outcome: the paper's RL reward (+1 when every test passes, -1 otherwise; an episode cut by the
 wall clock is never graded and has reward ``None``, as is one whose services cannot be read), and
 ``resolved`` when the Claw score passes (at least 0.75); the score's parts go into the trajectory's
@@ -37,6 +40,7 @@ import shlex
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orchard.data.trajectory import Outcome, Trajectory
@@ -45,7 +49,7 @@ from orchard.eval.claw_score import TestResult, claw_score
 from orchard.harness.claw import DEFAULT_LIMITS, ROUTE_KEY, TOOLS_PATH
 from orchard.harness.task import TaskFamily
 from orchard.tasks.claw.services import PACKAGE_DIR, SANDBOX_NAME
-from orchard.tasks.claw.services.admin import ADMIN_HEADER
+from orchard.tasks.claw.services.admin import ADMIN_HEADER, SIGNATURE_HEADER, signature
 from orchard.tasks.claw.services.tools import install_shims, openai_tools, tool_by_name
 from orchard.tasks.claw.spec import ClawTaskSpec
 
@@ -53,6 +57,10 @@ SERVICES_ROOT = "/opt/orchard-claw"
 SERVICES_PORT = 8765
 SHIMS_DIR = "/usr/local/bin"
 _SECRET = secrets.token_bytes(32)  # this process's: admin tokens are derived from it, never stored
+
+
+class ForgedServices(RuntimeError):
+    """What answered on the services' port is not the services Orchard started (its answers are unsigned)."""
 
 
 def admin_token(sandbox_id: str) -> str:
@@ -171,17 +179,28 @@ class ClawTask:
         return None
 
     async def environment_state(self, sandbox: AsyncSandbox) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The services' state and audit log, over the admin route."""
-        state = await sandbox.port_request(SERVICES_PORT, "GET", "/_admin/state", headers=self._admin(sandbox))
-        audit = await sandbox.port_request(SERVICES_PORT, "GET", "/_admin/audit", headers=self._admin(sandbox))
-        if state.status != 200 or audit.status != 200:
-            raise RuntimeError(f"the services' admin routes answered {state.status} and {audit.status}")
-        return state.json(), audit.json()["calls"]
+        """The services' state and audit log, over the admin route, each checked against the services'
+        signature (:class:`ForgedServices` when it does not match: something else answers on their port)."""
+        token = admin_token(sandbox.id)
+        replies = []
+        for route in ("/_admin/state", "/_admin/audit"):
+            reply = await sandbox.port_request(SERVICES_PORT, "GET", route, headers=self._admin(sandbox))
+            if reply.status != 200:
+                raise RuntimeError(f"the services' {route} answered {reply.status}")
+            signed = {name.lower(): value for name, value in reply.headers.items()}.get(SIGNATURE_HEADER.lower(), "")
+            if not hmac.compare_digest(signed, signature(token, reply.body)):
+                raise ForgedServices(f"the answer of {route} does not carry the services' signature")
+            replies.append(reply.json())
+        return replies[0], replies[1]["calls"]
 
     async def grade(self, sandbox: AsyncSandbox, trajectory: Trajectory) -> Outcome:
         try:
             state, calls = await self.environment_state(sandbox)
             results = await self._run_tests(sandbox, state, calls)
+        except ForgedServices as exc:  # the policy put a server of its own in the services' place
+            trajectory.metadata["claw"] = {"grading_error": str(exc)}
+            trajectory.metadata["tampering"] = str(exc)
+            return Outcome(reward=-1.0, resolved=False, status=trajectory.outcome.status)
         except (OrchardError, RuntimeError, ValueError, KeyError) as exc:  # the environment failed, not the policy
             trajectory.metadata["claw"] = {"grading_error": f"{type(exc).__name__}: {exc}"}
             return Outcome(reward=None, resolved=False, status=trajectory.outcome.status)
@@ -202,7 +221,8 @@ class ClawTask:
         bundle = {"state": state, "calls": calls, "workdir": workdir_of(sandbox),
                   "tests": [test.model_dump() for test in self.spec.tests]}
         await sandbox.write_file(posixpath.join(folder, "bundle.json"), json.dumps(bundle))
-        runner = posixpath.join(SERVICES_ROOT, SANDBOX_NAME, "run_tests.py")
+        runner = posixpath.join(folder, "run_tests.py")  # a fresh copy: the policy could rewrite the uploaded one
+        await sandbox.write_file(runner, Path(PACKAGE_DIR, "run_tests.py").read_bytes())
         done = await sandbox.exec([self.python, "-I", runner, posixpath.join(folder, "bundle.json")], timeout=60)
         if done.exit_code != 0:
             raise RuntimeError(f"the tests did not run (exit {done.exit_code}): {done.stderr[-500:]}")
