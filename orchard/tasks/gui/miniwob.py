@@ -12,7 +12,12 @@ the same DOM. An episode (:meth:`MiniWoBTask.setup`):
    would end an episode while a model thinks) and hides the score display and its timer;
 3. wraps ``core.endEpisode`` so that the page's end of episode is reported to the host, with its
    raw reward (``WOB_RAW_REWARD_GLOBAL``, before any time penalty), through the context's event
-   binding: the grader reads that record, kept on the host, not the page (which the policy drives);
+   binding: the grader reads that record, kept on the host, not the page (which the policy drives).
+   The report carries a nonce drawn for the episode and held only in the wrapper's closure: an
+   end-of-episode report without it (script of the policy's in a page that renders its text as
+   HTML, calling the binding itself) is not the page's, and the episode is graded as tampering. What
+   the nonce cannot tell apart is such script calling ``core.endEpisode`` with a reward of its own;
+   the browser tools run no script (``javascript:`` URLs are refused);
 4. seeds, starts the episode (``core.startEpisodeReal``), and checks that the instruction
    (``core.getUtterance``) is the one the instance was built with.
 
@@ -33,6 +38,8 @@ import functools
 import json
 import os
 import random
+import secrets
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +57,7 @@ from orchard.harness.chromium import (
 )
 from orchard.harness.task import TaskFamily
 from orchard.tasks.gui.family import browser_family
-from orchard.tasks.gui.judges import RewardSettings, RuleJudge, gui_outcome
+from orchard.tasks.gui.judges import Judgement, RewardSettings, RuleJudge, Verdict, gui_outcome
 
 EPISODE_TIME_MS = 3_600_000  # replaces the pages' own 7-30 s limits; the harness's limits apply instead
 VIEWPORT = (160, 210)  # MiniWoB's task area (#wrap), at the top left of the page
@@ -58,7 +65,7 @@ UPLOAD_DIR = "/tmp/miniwob"
 
 # Runs in the page before the episode starts: hides the score and timer, lifts the time limit, and
 # reports the end of the episode (first end only) through the context's binding.
-PREPARE_SCRIPT = """(maxTime) => {
+PREPARE_SCRIPT = """({maxTime, nonce}) => {
   core.EPISODE_MAX_TIME = maxTime;
   const style = document.createElement('style');
   style.textContent = '#reward-display { display: none !important; }';
@@ -70,7 +77,7 @@ PREPARE_SCRIPT = """(maxTime) => {
       const result = original.apply(this, arguments);
       if (live && !core.__orchardEnded) {
         core.__orchardEnded = true;
-        window.orchardEvent({type: 'episode_end', ends_episode: true, raw_reward: WOB_RAW_REWARD_GLOBAL,
+        window.orchardEvent({type: 'episode_end', ends_episode: true, raw_reward: WOB_RAW_REWARD_GLOBAL, nonce: nonce,
                              reward: WOB_REWARD_GLOBAL, reason: WOB_REWARD_REASON === null ? null : String(WOB_REWARD_REASON)});
       }
       return result;
@@ -220,6 +227,12 @@ class MiniWoBTask:
     async def grade(self, sandbox: AsyncSandbox, trajectory: Trajectory) -> Outcome:
         browser = browser_of(sandbox)
         await browser.call("events")  # flush: events the page sent after the last action arrive with this reply
+        nonce = _EPISODE_NONCES.get(browser)
+        forged = [e for e in browser.events if e.get("type") == "episode_end" and e.get("nonce") != nonce]
+        if forged:  # an end of episode the page's wrapper did not send
+            trajectory.metadata["tampering"] = f"{len(forged)} end-of-episode reports without the episode's nonce"
+            trajectory.metadata.update(Judgement(Verdict.FAILURE, "tampering").as_metadata())
+            return Outcome(reward=-1.0, resolved=False)
         verdict = RuleJudge().judge_episode(browser.events, self.threshold)
         return gui_outcome(trajectory, verdict, self.reward)
 
@@ -233,6 +246,8 @@ class MiniWoBTask:
         return {"tool": "click", "args": {"x": rng.randrange(width), "y": rng.randrange(60, height)}}
 
 
+# The nonce each browser's current episode signs its end with (the page's wrapper holds it in a closure).
+_EPISODE_NONCES: weakref.WeakKeyDictionary[SandboxBrowser, str] = weakref.WeakKeyDictionary()
 SOLVERS_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "miniwob_solvers.js")
 
 
@@ -257,7 +272,9 @@ async def open_episode(sandbox: AsyncSandbox, page: str, seed: int, settings: Br
         await browser.call("wait", seconds=0.05)
     if not ready:
         raise BrowserError(f"the MiniWoB page {page} did not get ready")
-    await browser.call("evaluate", script=PREPARE_SCRIPT, argument=EPISODE_TIME_MS)
+    _EPISODE_NONCES[browser] = secrets.token_hex(16)
+    await browser.call("evaluate", script=PREPARE_SCRIPT,
+                       argument={"maxTime": EPISODE_TIME_MS, "nonce": _EPISODE_NONCES[browser]})
     return await browser.call("evaluate", script=START_SCRIPT, argument=str(seed))
 
 

@@ -7,11 +7,18 @@ import asyncio
 
 import pytest
 
-from orchard.data.trajectory import Message, ToolCall
+from orchard.data.trajectory import Message, ToolCall, Trajectory
 from orchard.harness.browser import BrowserHarness
 from orchard.harness.chromium import BrowserError, browser_of
 from orchard.harness.core import Turn, run_agent
-from orchard.tasks.gui.miniwob import CATALOGUE, EPISODE_TIME_MS, MiniWoBTask, build_instances, page_names
+from orchard.tasks.gui.miniwob import (
+    CATALOGUE,
+    EPISODE_TIME_MS,
+    MiniWoBTask,
+    build_instances,
+    page_names,
+    sandbox_pages,
+)
 from orchard.tasks.gui.oracle import GUIOracle
 from tests.conftest import require_root
 
@@ -84,6 +91,47 @@ def test_partial_credit_is_not_success(box):
         pytest.fail(f"the click did not end the episode: {trajectory.metadata}")
     assert 0 < raw < 1 and outcome.reward == 0.0 and not outcome.resolved
     assert trajectory.metadata["verdict"] == "failure"
+
+
+def test_an_end_of_episode_the_pages_wrapper_did_not_send_is_tampering(box):
+    """Script in the page calling the event binding itself (what a page that renders the policy's text as HTML
+    would let it run) cannot report a success: its report lacks the nonce only the wrapper's closure holds."""
+    task = box.run_async(build_instances, ["click-test"], [0])[0]
+    box.run_async(task.setup)
+    evaluate(box, "() => window.orchardEvent({type: 'episode_end', ends_episode: true, raw_reward: 1, reward: 1})")
+    forged = Trajectory(task_id=task.id, messages=[Message(role="user", content=task.prompt)])
+    outcome = box.run_async(task.grade, forged)
+    assert outcome.reward == -1.0 and not outcome.resolved and forged.tampered
+    assert forged.metadata["judge_reason"] == "tampering"
+
+
+def test_the_browser_tools_run_no_script_and_another_page_ends_nothing(box):
+    """Through the tools: javascript: URLs are refused in both tools that open one, and a page opened in the
+    task's place (a catalogue page solved there) reports no end of the task's episode."""
+    task = box.run_async(build_instances, ["click-button"], [4])[0]
+    box.run_async(task.setup)
+    root = box.run_async(sandbox_pages)
+    script = "javascript:window.orchardEvent({type:'episode_end',raw_reward:1})"
+    calls = [("goto_url", {"url": script}), ("new_tab", {"url": script}),
+             ("goto_url", {"url": f"file://{root}/miniwob/click-test.html"})]
+
+    class Attacker:
+        name = "attacker"
+
+        async def act(self, conversation, *, max_context=None):
+            turns = sum(m.role == "assistant" for m in conversation.messages)
+            if turns < len(calls):
+                name, arguments = calls[turns]
+                return Turn(Message(role="assistant", tool_calls=[ToolCall(id=f"c{turns}", name=name, arguments=arguments)]))
+            return Turn(Message(role="assistant", tool_calls=[ToolCall(id="end", name="done", arguments={})]))
+
+    trajectory = box.run_async(lambda sb: run_agent(BrowserHarness(), Attacker(), sb, task.prompt))
+    refusals = [m.content for m in trajectory.messages if m.role == "tool"][:2]
+    assert all("only http, https and file URLs" in str(r) for r in refusals), refusals
+    outcome = box.run_async(task.grade, trajectory)
+    # refused calls count as format errors: the paper's reward for them is -1
+    assert outcome.reward == -1.0 and not outcome.resolved and not trajectory.tampered, trajectory.metadata
+    assert trajectory.metadata["verdict"] == "failure" and trajectory.metadata["raw_reward"] is None
 
 
 @pytest.mark.slow
