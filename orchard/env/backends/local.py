@@ -48,6 +48,7 @@ from importlib import resources
 from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
 from orchard.env.backends.base import SANDBOX_CAPS, BackendError, SandboxHandle
 from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
+from orchard.env.backends.etc import build_etc_layer
 from orchard.env.backends.rootfs import MS_NODEV, MS_NOSUID, RootPlan, mount, umount
 from orchard.env.backends.snapshots import RootSpec, SnapshotStore
 from orchard.env.backends.zygote import Zygote
@@ -157,12 +158,28 @@ class LocalBackend:
         digest = hashlib.sha256(self.state_dir.encode()).hexdigest()[:10]
         self.cgroups = CgroupManager(group=f"orchard-{digest}")
         self.rootful = os.geteuid() == 0
+        self.etc_layer = self._etc_layer() if self.rootful else None
         self.seccomp = seccomp
         self._userns: bool | None = None
         self._launchers: dict[str, asyncio.subprocess.Process] = {}
         self._zygote = Zygote(os.path.join(self.state_dir, f"zygote-{os.getpid()}.sock"))  # one per process
 
     # ---------------------------------------------------------------- helpers
+
+    def _etc_layer(self) -> str | None:
+        """The allow-listed /etc every sandbox on the host's root gets (:mod:`~orchard.env.backends.etc`), on a
+        tmpfs of its own under the state dir; None, with a warning, where a tmpfs cannot be mounted. Without
+        root (``sandbox_init.sh``) sandboxes see the host's /etc."""
+        layer = os.path.join(self.state_dir, "etc-layer")
+        os.makedirs(layer, exist_ok=True)
+        try:
+            if os.path.ismount(layer):
+                umount(layer)
+            mount("tmpfs", layer, "tmpfs", MS_NOSUID | MS_NODEV, "size=128m,mode=0755")
+            return build_etc_layer(layer)
+        except OSError as error:
+            log.warning("sandboxes will see the host's /etc: could not build their own (%s)", error)
+            return None
 
     def _dir(self, sandbox_id: str) -> str:
         if not sandbox_id.isalnum():
@@ -213,7 +230,7 @@ class LocalBackend:
         plan = RootPlan(sandbox_dir, image.rootfs if image else "/", root.workdir, hostname,
                         hide=() if image else self.view.hide, runtime=() if image else self.view.runtime,
                         mask=() if image else self.view.mask,
-                        bundle=self.agent_bundle if image else None)
+                        bundle=self.agent_bundle if image else None, etc_layer=None if image else self.etc_layer)
         agent_args = ["--uds", "/run/orchard/agent.sock", "--token-file", "/run/orchard/token", "--env-file",
                       "/run/orchard/env.json", "--state-dir", "/run/orchard/state", "--workdir", root.workdir]
         caps = ",".join(f"+{cap}" for cap in SANDBOX_CAPS)
@@ -419,6 +436,9 @@ class LocalBackend:
     async def close(self) -> None:
         self._launchers.clear()
         await self._zygote.close()
+        if self.etc_layer:
+            with contextlib.suppress(OSError):
+                umount(self.etc_layer)
         if self.cgroups.available:
             self.cgroups.remove_group()
 

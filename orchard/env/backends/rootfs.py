@@ -5,7 +5,8 @@ short-lived processes (``mount``, ``mkdir``, ``ln``...): the zygote's fork calls
 :func:`build_root` directly, which is what lets a 2-core machine start sandboxes by the hundred.
 
     /                 overlay: the plan's lower layer (the host's / or an image's root) below,
-                      the sandbox's private writable layer above
+                      the sandbox's private writable layer above; over the host's /, the backend's
+                      /etc layer between them (:mod:`orchard.env.backends.etc`: an allow list)
     hidden paths      (host root only) empty private directories (or files) over every top-level
                       entry but the system's (/work, /root, /home, /tmp, ...) and a few inside them
     runtime paths     (host root only) the agent's Python and package, bound read-only at their host
@@ -50,6 +51,7 @@ class RootPlan:
     runtime: tuple[str, ...] = ()  # host root only
     mask: tuple[str, ...] = ()  # host root only: hidden again inside the runtime binds
     bundle: str | None = None  # image only
+    etc_layer: str | None = None  # host root only: a layer whose opaque etc replaces the host's
 
 
 def libc_call(result: int, what: str) -> None:
@@ -116,8 +118,8 @@ def build_root(plan: RootPlan) -> None:
     """Build the root in the calling process's (new) mount namespace and ``pivot_root`` into it."""
     sandbox, root = plan.sandbox_dir, f"{plan.sandbox_dir}/merged"
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    mount("overlay", root, "overlay", 0,
-          f"lowerdir={plan.lower},upperdir={sandbox}/rw/upper,workdir={sandbox}/rw/work")
+    lower = f"{plan.etc_layer}:{plan.lower}" if plan.etc_layer else plan.lower
+    mount("overlay", root, "overlay", 0, f"lowerdir={lower},upperdir={sandbox}/rw/upper,workdir={sandbox}/rw/work")
     for path in ("proc", "dev", "sys", "tmp"):
         os.makedirs(f"{root}/{path}", exist_ok=True)
     if plan.bundle:

@@ -101,6 +101,25 @@ def test_the_view_hides_every_top_level_entry_but_the_system_s(tmp_path):
     assert os.path.join(PACKAGE, "tasks") in view.mask and os.path.join(PACKAGE, "env") not in view.mask
 
 
+def test_etc_is_an_allow_list_of_the_host_s_and_the_sandbox_s_own_to_write(client, sandbox):
+    """No shadow, no ssh host keys, no private TLS keys, no PAM, no host name or machine id; what Debian's
+    tools read is there; a write to /etc stays in its sandbox."""
+    host = {name for name in ("shadow", "gshadow", "ssh", "sudoers", "pam.d", "security") if os.path.exists(f"/etc/{name}")}
+    assert host, "this host has none of the files the test looks for"
+    listed = set(sandbox.exec("ls -A /etc").stdout.split())
+    assert not listed & host, listed & host
+    assert {"passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "ld.so.cache", "ssl"} <= listed
+    assert sandbox.exec("ls /etc/ssl/private 2>&1").exit_code != 0
+    assert sandbox.exec("cat /etc/hostname").stdout.strip() == "sandbox"
+    with open("/etc/machine-id") as handle:
+        assert sandbox.exec("cat /etc/machine-id").stdout.strip() != handle.read().strip()
+    assert sandbox.exec("id -un && git --version && python3 -c 'import ssl; ssl.create_default_context()'").ok
+    assert sandbox.exec("echo mine > /etc/orchard-note && cat /etc/orchard-note").stdout.strip() == "mine"
+    assert not os.path.exists("/etc/orchard-note")
+    with client.create(memory="256Mi") as other:
+        assert other.exec("cat /etc/orchard-note").exit_code != 0
+
+
 def test_another_sandbox_s_workspace_is_out_of_reach(client, sandbox):
     with client.create(memory="256Mi") as other:
         other.write_file("/workspace/secret.txt", "the other sandbox's answer\n")
