@@ -47,7 +47,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # Two held-out sets, evaluated apart: 14% of the helpers with all their bugs (8 of opkit's 56, about 28 bugs:
     # functions never seen broken in training), then 16% of the other bugs (a new bug in a helper whose sibling bug
     # may be in training). A fifth of the rest are RL's prompts only. Choose settings on a split of the training
-    # tasks, never on the held-out sets.
+    # tasks, never on the held-out sets. tests_visible=False keeps the failing test out of the repository until
+    # grading (it comes with the test patch): the setting for a policy capable enough to game a test it can read.
+    # The tiny default keeps it visible: running it is how the teacher, and the policy, find the bug.
     config.tasks = ConfigDict({"path": "", "sources": ("opkit",), "count": 200, "held_out_helper_fraction": 0.14,
                                "held_out_fraction": 0.16, "rl_fraction": 0.2,
                                "kinds": ("swap_operator", "change_constant", "off_by_one", "invert_condition"),
