@@ -158,7 +158,8 @@ class LocalBackend:
         digest = hashlib.sha256(self.state_dir.encode()).hexdigest()[:10]
         self.cgroups = CgroupManager(group=f"orchard-{digest}")
         self.rootful = os.geteuid() == 0
-        self.etc_layer = self._etc_layer() if self.rootful else None
+        self.etc_layer: str | None = None  # mounted with the first sandbox on the host's root (:meth:`_etc_layer`)
+        self._etc_failed = False
         self.seccomp = seccomp
         self._userns: bool | None = None
         self._launchers: dict[str, asyncio.subprocess.Process] = {}
@@ -168,18 +169,22 @@ class LocalBackend:
 
     def _etc_layer(self) -> str | None:
         """The allow-listed /etc every sandbox on the host's root gets (:mod:`~orchard.env.backends.etc`), on a
-        tmpfs of its own under the state dir; None, with a warning, where a tmpfs cannot be mounted. Without
-        root (``sandbox_init.sh``) sandboxes see the host's /etc."""
+        tmpfs of its own under the state dir (about 1 MiB), mounted on first use and unmounted by :meth:`close`;
+        None, with a warning, where a tmpfs cannot be mounted. Only root backends start sandboxes this way
+        (``sandbox_init.sh``'s see the host's /etc)."""
+        if self.etc_layer is not None or self._etc_failed:
+            return self.etc_layer
         layer = os.path.join(self.state_dir, "etc-layer")
         os.makedirs(layer, exist_ok=True)
         try:
-            if os.path.ismount(layer):
+            if os.path.ismount(layer):  # an earlier orchestrator's, on this state dir, killed before its close
                 umount(layer)
             mount("tmpfs", layer, "tmpfs", MS_NOSUID | MS_NODEV, "size=128m,mode=0755")
-            return build_etc_layer(layer)
+            self.etc_layer = build_etc_layer(layer)
         except OSError as error:
+            self._etc_failed = True
             log.warning("sandboxes will see the host's /etc: could not build their own (%s)", error)
-            return None
+        return self.etc_layer
 
     def _dir(self, sandbox_id: str) -> str:
         if not sandbox_id.isalnum():
@@ -230,7 +235,7 @@ class LocalBackend:
         plan = RootPlan(sandbox_dir, image.rootfs if image else "/", root.workdir, hostname,
                         hide=() if image else self.view.hide, runtime=() if image else self.view.runtime,
                         mask=() if image else self.view.mask,
-                        bundle=self.agent_bundle if image else None, etc_layer=None if image else self.etc_layer)
+                        bundle=self.agent_bundle if image else None, etc_layer=None if image else self._etc_layer())
         agent_args = ["--uds", "/run/orchard/agent.sock", "--token-file", "/run/orchard/token", "--env-file",
                       "/run/orchard/env.json", "--state-dir", "/run/orchard/state", "--workdir", root.workdir]
         caps = ",".join(f"+{cap}" for cap in SANDBOX_CAPS)
