@@ -24,12 +24,16 @@ import json
 import os
 import sys
 
+# imported first, so that GUARDED finds them in sys.modules
 import _pytest.main
 import _pytest.python
 import _pytest.reports
 import _pytest.runner
 import _pytest.skipping
 import pluggy
+
+with contextlib.suppress(ImportError):
+    import pluggy._callers  # noqa: F401  (for GUARDED)
 
 _NONCE = os.environ.pop("ORCHARD_VERDICT_NONCE", "")
 _FD = int(os.environ.pop("ORCHARD_VERDICT_FD", "3"))
@@ -39,26 +43,33 @@ REPORT_HOOKS = ("pytest_runtest_protocol", "pytest_runtest_setup", "pytest_runte
                 "pytest_report_teststatus", "pytest_runtestloop")
 
 
-# The objects that make and carry a report: (owner, attribute); the class's own __dict__ entry for methods.
-GUARDED = ((_pytest.reports.TestReport, "from_item_and_call"), (_pytest.reports.TestReport, "__init__"),
-           (_pytest.reports.BaseReport, "passed"), (_pytest.reports.BaseReport, "failed"),
-           (_pytest.reports.BaseReport, "skipped"), (_pytest.runner, "runtestprotocol"),
-           (_pytest.runner, "call_and_report"), (_pytest.runner, "pytest_runtest_makereport"),
-           (_pytest.runner, "pytest_runtest_call"), (_pytest.runner.CallInfo, "from_call"),
-           (_pytest.python, "pytest_pyfunc_call"), (_pytest.python.Function, "runtest"),
-           (_pytest.skipping, "pytest_runtest_makereport"), (_pytest.main, "pytest_runtestloop"),
-           (pluggy.HookCaller, "__call__"), (pluggy.PluginManager, "_hookexec"), (pluggy._callers, "_multicall"),
-           (json, "dumps"), (os, "write"))
+# The objects that make and carry a report, as (module, attribute path); a class's method is read from the
+# class's own __dict__. A name this pytest or pluggy lacks (an older one, in an image) is left out.
+GUARDED = (("_pytest.reports", "TestReport.from_item_and_call"), ("_pytest.reports", "TestReport.__init__"),
+           ("_pytest.reports", "BaseReport.passed"), ("_pytest.reports", "BaseReport.failed"),
+           ("_pytest.reports", "BaseReport.skipped"), ("_pytest.runner", "runtestprotocol"),
+           ("_pytest.runner", "call_and_report"), ("_pytest.runner", "pytest_runtest_makereport"),
+           ("_pytest.runner", "pytest_runtest_call"), ("_pytest.runner", "CallInfo.from_call"),
+           ("_pytest.python", "pytest_pyfunc_call"), ("_pytest.python", "Function.runtest"),
+           ("_pytest.skipping", "pytest_runtest_makereport"), ("_pytest.main", "pytest_runtestloop"),
+           ("pluggy", "HookCaller.__call__"), ("pluggy", "PluginManager._hookexec"), ("pluggy._callers", "_multicall"),
+           ("json", "dumps"), ("os", "write"))
+
+
+def _lookup(module: str, path: str):
+    """``module``'s object at the dotted ``path`` (a class attribute from the class's own __dict__), or None."""
+    found = sys.modules.get(module)
+    for part in path.split("."):
+        if found is None:
+            return None
+        found = vars(found).get(part) if isinstance(found, type) else getattr(found, part, None)
+    return found
 
 
 def _guarded() -> dict:
-    """The guarded objects as they are now (and their code objects), by name; a name this pytest lacks is
-    left out."""
-    objects = {}
-    for owner, name in GUARDED:
-        found = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name, None)
-        if found is not None:
-            objects[f"{getattr(owner, '__name__', owner)}.{name}"] = found
+    """The guarded objects as they are now (and their code objects), by name."""
+    found = {f"{module}.{path}": _lookup(module, path) for module, path in GUARDED}  # no walrus: Python 3.7 images
+    objects = {name: value for name, value in found.items() if value is not None}
     objects.update({f"plugin.{name}": value for name, value in globals().items()
                     if name.startswith(("pytest_", "_")) and callable(value) and not isinstance(value, type)})
     objects.update({"plugin._Channel.send": _Channel.send, "plugin._Channel.close": _Channel.close})
