@@ -206,7 +206,7 @@ def parse_verdict(text: str, nonce: str) -> tuple[dict[str, TestResult], str | N
         return {}, "report_malformed", f"{len(lines) - 1 - ends[0]} lines after the end of the run"
     tampered = [line for line in lines if line.get("kind") == "tampered"]
     forged = [line["nodeid"] for line in lines if line.get("kind") == "report" and not line.get("genuine")]
-    if tampered or forged or lines[-1].get("tampered"):
+    if tampered or forged:
         found = [f"{line.get('where')}: changed {line.get('changed')}, foreign hooks {line.get('foreign')}"
                  for line in tampered] + [f"a report not made by pytest for {nodeid}" for nodeid in forged]
         return {}, "tampering", "; ".join(found)[:4000]

@@ -107,7 +107,7 @@ class _Channel:
 _CHANNEL = _Channel()
 _SELF = sys.modules[__name__]
 _AT_LOAD: dict = {}
-_STATE: dict = {"config": None, "tampered": False}
+_STATE: dict = {"config": None}
 
 
 def _from_pytest(plugin) -> bool:
@@ -135,7 +135,6 @@ def _check(config, where: str) -> None:
                       for hook in REPORT_HOOKS for impl in getattr(config.hook, hook).get_hookimpls()
                       if not _trusted(impl.plugin, config)})
     if changed or foreign:
-        _STATE["tampered"] = True
         _CHANNEL.send("tampered", where=where, changed=changed, foreign=foreign)
 
 
@@ -161,7 +160,7 @@ def pytest_runtest_logreport(report) -> None:
 
 def pytest_unconfigure(config) -> None:
     _check(config, "end")
-    _CHANNEL.send("end", tampered=_STATE["tampered"])
+    _CHANNEL.send("end")
     _CHANNEL.close()
 
 

@@ -140,7 +140,7 @@ async def test_code_under_test_cannot_forge_a_pass_from_inside_the_test_process(
     assert "(introspection)" in grades["forge_special_case"]["detail"]
 
 
-async def test_the_verdict_plugin_catches_forgeries_the_scan_is_not_shown(forged, monkeypatch, aclient, instance):
+async def test_the_verdict_plugin_catches_forgeries_the_scan_is_not_shown(monkeypatch, aclient, instance):
     """With the scan switched off, the verdict channel alone: the report rewritten at exit is never read, a
     patched runner or a foreign report hook is tampering, an early exit leaves no complete stream."""
     from orchard.tasks.swe import grading
