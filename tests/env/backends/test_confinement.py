@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 
 import pytest
@@ -28,9 +29,10 @@ def syscall_number(name: str) -> int:
 
 
 def raw_syscall(sandbox, name: str, *args: int) -> str:
-    """Call ``name`` with ``args`` in the sandbox through libc's syscall(); its ``errno`` name, or ``ok``."""
+    """Call ``name`` with ``args`` (as unsigned longs) in the sandbox through libc's syscall(); its ``errno``
+    name, or ``ok``."""
     code = ("import ctypes, errno; libc = ctypes.CDLL(None, use_errno=True); "
-            f"r = libc.syscall({syscall_number(name)}, {', '.join(map(str, args)) or '0'}); "
+            f"r = libc.syscall({syscall_number(name)}, *map(ctypes.c_ulong, {list(args) or [0]})); "
             "print('ok' if r >= 0 else errno.errorcode[ctypes.get_errno()])")
     result = sandbox.exec(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}")
     assert result.exit_code == 0, result.stderr
@@ -55,7 +57,8 @@ def test_namespace_and_mount_commands_are_refused(sandbox, command):
                                             ("delete_module", (0, 0)), ("kexec_load", (0, 0, 0, 0)),
                                             ("reboot", (0, 0, 0, 0)), ("setns", (0, 0)), ("unshare", (0x10000000,)),
                                             ("perf_event_open", (0, 0, 0, 0, 0)), ("userfaultfd", (0,)),
-                                            ("process_vm_readv", (1, 0, 0, 0, 0, 0))])
+                                            ("process_vm_readv", (1, 0, 0, 0, 0, 0)), ("pidfd_getfd", (0, 0, 0)),
+                                            ("sethostname", (0, 0)), ("io_uring_setup", (1, 0))])
 def test_kernel_calls_are_refused_with_eperm(sandbox, name, args):
     assert raw_syscall(sandbox, name, *args) == "EPERM"
 
@@ -63,6 +66,23 @@ def test_kernel_calls_are_refused_with_eperm(sandbox, name, args):
 def test_clone_into_a_new_user_namespace_is_refused_and_plain_forks_work(sandbox):
     assert raw_syscall(sandbox, "clone", 0x10000000 | 17, 0, 0, 0, 0) == "EPERM"  # CLONE_NEWUSER | SIGCHLD
     assert sandbox.exec("sh -c 'echo forked' & wait").stdout.strip() == "forked"  # clone without namespace flags
+
+
+def test_a_call_off_the_allow_list_is_not_implemented_and_vsock_is_refused(sandbox):
+    """The filter is an allow list: personality(READ_IMPLIES_EXEC), which the host runs, is not on it and
+    fails as a call this kernel lacked would (ENOSYS, so that libc falls back), while a query of the
+    personality is allowed; clone3 is refused the same way; a socket to the hypervisor (AF_VSOCK) is EPERM."""
+    read_implies_exec, query = 0x0400000, 0xFFFFFFFF
+    on_the_host = subprocess.run([sys.executable, "-c", (
+        "import ctypes, errno; libc = ctypes.CDLL(None, use_errno=True); "
+        f"print('ok' if libc.syscall({syscall_number('personality')}, {read_implies_exec}) >= 0 "
+        "else errno.errorcode[ctypes.get_errno()])")], capture_output=True, text=True, check=True)
+    assert on_the_host.stdout.strip() == "ok"
+    assert raw_syscall(sandbox, "personality", read_implies_exec) == "ENOSYS"
+    assert raw_syscall(sandbox, "personality", query) == "ok"
+    assert raw_syscall(sandbox, "clone3", 0, 0) == "ENOSYS"
+    assert raw_syscall(sandbox, "socket", 40, 1, 0) == "EPERM"  # AF_VSOCK, SOCK_STREAM
+    assert raw_syscall(sandbox, "socket", 1, 1, 0) == "ok"  # AF_UNIX
 
 
 def test_the_filter_builds_here():
