@@ -8,7 +8,7 @@ creates ``creates`` sandboxes one after another and times ``client.create()`` un
 calls in one sandbox; the order of the two alternates between rounds so that neither always runs
 on a warmer machine. The ratio is confined over unconfined.
 
-Per call (:func:`syscall_costs`): a forked child loads no filter, the old deny list
+Per call (:func:`syscall_costs`): a fresh Python process loads no filter, the old deny list
 (``build_filter(allow_unlisted=True)``) or the allow list, then times ``calls`` calls of each of
 ``getppid`` (the cheapest call: what the filter adds shows most), ``stat`` and a 4 KiB
 ``pread``; the variants alternate over ``rounds`` rounds and the best round counts, as
@@ -21,6 +21,8 @@ import asyncio
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -29,6 +31,7 @@ from benchmarks.env import BenchConfig, bench_orchard_create, bench_orchard_exec
 from orchard.env.local import local_server
 from orchard.results import markdown_table
 
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = {"confined": (), "unconfined": ("--no-seccomp",)}
 FILTERS = ("none", "deny list", "allow list")
 CALLS = ("getppid", "stat", "pread 4 KiB")
@@ -50,29 +53,13 @@ def _time_calls(calls: int) -> dict[str, float]:
 
 
 def _costs_under(variant: str, calls: int) -> dict[str, float]:
-    """:func:`_time_calls` in a forked child that first loads ``variant``'s filter (filters cannot be unloaded)."""
-    from orchard.env.agent.confine import build_filter, confine
-
-    rules = None if variant == "none" else build_filter(allow_unlisted=variant == "deny list")
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: confine, time, report, leave without running the parent's exit handlers
-        code = 0
-        try:
-            os.close(read)
-            if rules is not None:
-                confine(rules)
-            os.write(write, json.dumps(_time_calls(calls)).encode())
-        except BaseException:
-            code = 1
-        os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        reply = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0 or not reply:
-        raise RuntimeError(f"timing system calls under the {variant} failed")
-    return json.loads(reply)
+    """:func:`_time_calls` in a fresh Python process that first loads ``variant``'s filter (a filter cannot be
+    unloaded, and forking a process that runs JAX's threads is unsafe)."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.confinement", variant, str(calls)], cwd=REPOSITORY,
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"timing system calls under the {variant} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout)
 
 
 def syscall_costs(rounds: int = 5, calls: int = 200_000) -> dict[str, Any]:
@@ -146,3 +133,11 @@ def _render_syscalls(costs: dict[str, Any]) -> str:
         markdown_table(["call", "no filter", "deny list", "allow list (default)"], rows,
                        [None, "right", "right", "right"]),
     ])
+
+
+if __name__ == "__main__":  # one variant's costs, for _costs_under: python -m benchmarks.confinement VARIANT CALLS
+    from orchard.env.agent.confine import build_filter, confine
+
+    if sys.argv[1] != "none":
+        confine(build_filter(allow_unlisted=sys.argv[1] == "deny list"))
+    print(json.dumps(_time_calls(int(sys.argv[2]))))
