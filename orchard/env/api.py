@@ -25,6 +25,11 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 API_PREFIX = "/v1"
+# A directory every sandbox has and its commands can write, whose ``bin`` the agent puts first on ``PATH``: where
+# tasks install their tools and shims. It stays writable under a read-only root (the Kubernetes backend's default
+# mounts a volume there), and the agent gives it to the user commands run as.
+TOOLS_DIR = "/opt/orchard"
+TOOLS_BIN = f"{TOOLS_DIR}/bin"
 # A port forward (``/v1/sandboxes/{id}/ports/{port}/{path}``) relays these methods to a server on the sandbox's loopback.
 PORT_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 20  # per stream

@@ -10,6 +10,7 @@ import sys
 import uvicorn
 
 from orchard.env.agent.app import AgentConfig, create_app
+from orchard.env.api import TOOLS_BIN, TOOLS_DIR
 
 TOKEN_ENV = "ORCHARD_AGENT_TOKEN"
 
@@ -57,6 +58,8 @@ def run_agent(args: argparse.Namespace) -> None:
     if args.env_file:
         with open(args.env_file) as handle:
             env.update(json.load(handle))
+    if args.root == "/" and _make_tools_dir(args.user):
+        env["PATH"] = f"{TOOLS_BIN}:{env.get('PATH') or os.defpath}"
     os.environ.pop(TOKEN_ENV, None)
     config = AgentConfig(token=token, root=args.root, workdir=os.path.abspath(args.workdir), state_dir=args.state_dir,
                          env=tuple(env.items()), user=args.user)
@@ -64,6 +67,20 @@ def run_agent(args: argparse.Namespace) -> None:
     # The orchestrator keeps idle connections for 15 s: keep them longer here (see server/main.py).
     listen = {"uds": args.uds} if args.uds else {"host": args.host, "port": args.port}
     uvicorn.run(app, **listen, log_level="warning", access_log=False, timeout_keep_alive=120)
+
+
+def _make_tools_dir(user: str | None) -> bool:
+    """Create :data:`~orchard.env.api.TOOLS_BIN`, owned by the user commands run as; False where the root is
+    read-only there (a rootless sandbox's host tree, a read-only image root without the volume)."""
+    try:
+        os.makedirs(TOOLS_BIN, exist_ok=True)
+        if user:
+            uid, _, gid = user.partition(":")
+            for path in (TOOLS_DIR, TOOLS_BIN):
+                os.chown(path, int(uid), int(gid))
+    except (OSError, ValueError):  # a malformed user is refused with its own message when commands start
+        return False
+    return True
 
 
 def main() -> None:

@@ -6,8 +6,8 @@
   started as one process on the sandbox's loopback (:data:`SERVICES_PORT`) with the task's config and
   an admin token only the host knows (:func:`admin_token`; handed over in a file the process deletes);
 - the tools file the harnesses read (:data:`orchard.harness.claw.TOOLS_PATH`: the spec's tools with
-  their HTTP bindings), and command-line tools for each of them in ``/usr/local/bin`` (for harnesses
-  that only run shell commands);
+  their HTTP bindings), and command-line tools for each of them in the sandbox's tools directory
+  (:data:`~orchard.env.api.TOOLS_BIN`, first on ``PATH``; for harnesses that only run shell commands);
 - the workspace files.
 
 A pooled sandbox (the family is ``reusable``) keeps its services process: the set-up resets it to
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from orchard.data.trajectory import Outcome, Trajectory
+from orchard.env.api import TOOLS_BIN, TOOLS_DIR
 from orchard.env.client import AsyncSandbox, OrchardError, Sandbox
 from orchard.eval.claw_score import TestResult, claw_score
 from orchard.harness.claw import DEFAULT_LIMITS, ROUTE_KEY, TOOLS_PATH
@@ -53,9 +54,9 @@ from orchard.tasks.claw.services.admin import ADMIN_HEADER, SIGNATURE_HEADER, si
 from orchard.tasks.claw.services.tools import install_shims, openai_tools, tool_by_name
 from orchard.tasks.claw.spec import ClawTaskSpec
 
-SERVICES_ROOT = "/opt/orchard-claw"
+SERVICES_ROOT = f"{TOOLS_DIR}/claw"
 SERVICES_PORT = 8765
-SHIMS_DIR = "/usr/local/bin"
+SHIMS_DIR = TOOLS_BIN
 _SECRET = secrets.token_bytes(32)  # this process's: admin tokens are derived from it, never stored
 
 

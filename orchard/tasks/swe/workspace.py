@@ -20,11 +20,12 @@
    pure-Python repository needs no build); the repository is put on ``PYTHONPATH`` instead (and
    its ``src/`` too, for src layouts). ``PYTHONPATH`` comes before site-packages, so the snapshot
    shadows any installed copy of the same package (toolz in the orchestrator's venv, say).
-5. **Shims**: ``/usr/local/bin/python``, ``python3`` and ``pytest`` become small shell scripts
-   that set ``PYTHONPATH`` and run the chosen interpreter, so an agent's plain ``pytest`` or
-   ``python -m pytest`` works as the grader's does. ``/usr/local/bin`` comes first on the
-   sandbox's ``PATH``. Where it is not writable (rootless sandboxes mount the host tree
-   read-only) no shims are written and :attr:`Workspace.env` is what callers pass to ``exec``.
+5. **Shims**: ``python``, ``python3`` and ``pytest`` in the sandbox's tools directory
+   (:data:`~orchard.env.api.TOOLS_BIN`, first on its ``PATH`` and writable under a read-only root)
+   become small shell scripts that set ``PYTHONPATH`` and run the chosen interpreter, so an agent's
+   plain ``pytest`` or ``python -m pytest`` works as the grader's does. Where it is not writable
+   (rootless sandboxes mount the host tree read-only) no shims are written and
+   :attr:`Workspace.env` is what callers pass to ``exec``.
 
 The choices are saved in ``/workspace/repo/.git/orchard-swe.json`` so that grading in the same
 sandbox needs no second probe.
@@ -42,12 +43,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchard.env import PathNotFound
+from orchard.env.api import TOOLS_BIN
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.testlog import PYTEST_ENV
 
 REPO_DIR = "/workspace/repo"
 BASE_TAG = "orchard-base"
-SHIM_DIR = "/usr/local/bin"
+SHIM_DIR = TOOLS_BIN
 STATE_FILE = ".git/orchard-swe.json"
 _GIT_IDENTITY = {"GIT_AUTHOR_NAME": "orchard", "GIT_AUTHOR_EMAIL": "orchard@localhost",
                  "GIT_COMMITTER_NAME": "orchard", "GIT_COMMITTER_EMAIL": "orchard@localhost",
@@ -116,7 +118,7 @@ async def setup_workspace(sandbox: Any, instance: SWEInstance, repo_dir: str = R
     """Upload, commit and make runnable ``instance``'s repository in ``sandbox`` (an ``AsyncSandbox``).
 
     ``python`` forces the interpreter (a path or command inside the sandbox that can import
-    pytest); ``shims=False`` leaves ``/usr/local/bin`` alone.
+    pytest); ``shims=False`` writes no shims.
     """
     if not instance.repo_path:
         raise SetupError(f"instance {instance.instance_id!r} has no repo_path (the snapshot to upload)")

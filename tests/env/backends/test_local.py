@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from orchard.env import PathOutsideSandbox
-from orchard.env.api import SandboxSpec
+from orchard.env.api import TOOLS_BIN, SandboxSpec
 from orchard.env.backends.base import BackendError
 from orchard.env.backends.local import LocalBackend
 from orchard.env.client import Unsupported
@@ -56,6 +56,13 @@ def test_host_files_cannot_be_changed(sandbox):
     assert result.check().stdout == "pwned\n"  # the sandbox's own writable layer
     assert not os.path.exists(f"/etc/orchard-{marker}")
     assert os.path.exists("/usr/bin/patch")
+
+
+def test_a_tool_written_into_the_tools_directory_runs_by_name_and_stays_in_the_sandbox(sandbox):
+    assert sandbox.exec("echo $PATH").stdout.split(":")[0] == TOOLS_BIN
+    sandbox.write_file(f"{TOOLS_BIN}/orchard-test-tool", b"#!/bin/sh\necho from the tools directory\n", mode=0o755)
+    assert sandbox.exec("orchard-test-tool").check().stdout == "from the tools directory\n"
+    assert not os.path.exists(f"{TOOLS_BIN}/orchard-test-tool")  # the sandbox's own writable layer
 
 
 def test_no_network_in_none_mode(sandbox, orchestrator):

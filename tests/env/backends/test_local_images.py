@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from orchard.env import LocalServer, SandboxClient, local_server
+from orchard.env.api import TOOLS_BIN
 from orchard.env.bundle import MOUNT, elf_interpreter
 from orchard.env.client import ImageInvalid, ImageNotFound, InvalidRequest, IsolationUnavailable
 from tests.conftest import require_root
@@ -77,7 +78,8 @@ def test_a_busybox_image_without_libc_or_python_runs_the_agent(client, server):
         # The image's user, working directory and environment; nothing of the agent's own.
         assert sandbox.exec("id -u; id -g; pwd").stdout.split() == ["1000", "1000", "/home/app"]
         env = dict(line.split("=", 1) for line in sandbox.exec("env").stdout.splitlines() if "=" in line)
-        assert env["GREETING"] == "from the image" and env["PATH"] == "/usr/bin:/bin" and env["HOME"] == "/home/app"
+        assert env["GREETING"] == "from the image" and env["PATH"] == f"{TOOLS_BIN}:/usr/bin:/bin"
+        assert env["HOME"] == "/home/app"
         assert not [k for k in env if k.startswith(("LD_", "_PYI", "ORCHARD")) or k == "OLDPWD"], env
 
         # Files and exec, the hot path, work as in any sandbox.
@@ -87,6 +89,9 @@ def test_a_busybox_image_without_libc_or_python_runs_the_agent(client, server):
         # The bundle is read-only, and the image's user cannot touch the system.
         assert sandbox.exec(f"touch {MOUNT}/x").exit_code != 0
         assert sandbox.exec("touch /bin/x").exit_code != 0
+        # ... but owns the tools directory, first on its PATH.
+        tool = f"printf '#!/bin/sh\\necho a tool\\n' > {TOOLS_BIN}/mytool && chmod 755 {TOOLS_BIN}/mytool && mytool"
+        assert sandbox.exec(tool).stdout == "a tool\n"
 
 
 def test_sandboxes_of_one_image_share_its_layers_not_their_writes(client, server):

@@ -23,9 +23,9 @@ small capability set):
   spoofing inside the cluster network.
 - The init container keeps no capability and has a read-only root (it writes only into the
   bundle's emptyDir).
-- ``KubernetesOptions.read_only_root`` (off by default) makes the sandbox container's root
+- ``KubernetesOptions.read_only_root`` (on by default) makes the sandbox container's root
   read-only too, with writable emptyDirs at its workdir (``/workspace`` when the spec names none),
-  ``/tmp`` and the agent's state dir.
+  ``/tmp``, the tools directory (:data:`~orchard.env.api.TOOLS_DIR`) and the agent's state dir.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import ipaddress
 import posixpath
 from typing import Any
 
-from orchard.env.api import SandboxSpec
+from orchard.env.api import TOOLS_DIR, SandboxSpec
 from orchard.env.backends.base import SANDBOX_CAPS
 from orchard.env.backends.kubernetes.options import KubernetesOptions
 from orchard.env.bundle import AGENT, MOUNT
@@ -122,7 +122,8 @@ def sandbox_pod(sandbox_id: str, spec: SandboxSpec, options: KubernetesOptions) 
     if options.read_only_root:
         container["securityContext"]["readOnlyRootFilesystem"] = True
         # One mount per path (a workdir of /tmp would otherwise be mounted twice); nothing over "/".
-        paths = dict.fromkeys(posixpath.normpath(p) for p in (workdir or READ_ONLY_WORKDIR, "/tmp", AGENT_STATE_DIR))
+        writable = (workdir or READ_ONLY_WORKDIR, "/tmp", TOOLS_DIR, AGENT_STATE_DIR)
+        paths = dict.fromkeys(posixpath.normpath(p) for p in writable)
         for i, path in enumerate(p for p in paths if p != "/"):
             volumes.append({"name": f"writable-{i}", "emptyDir": {}})
             container["volumeMounts"].append({"name": f"writable-{i}", "mountPath": path})

@@ -17,7 +17,7 @@ The file is a ConfigMap in ``infra/k8s`` (key ``backend.yaml``); every key is op
     images: {swe-base: ghcr.io/...}     # short names clients may use for image references
     ready_timeout: 300                  # seconds from create to Ready (scheduling, pull, probe)
     owner: orchard                      # the orchard.dev/owner label: which deployment owns a pod
-    read_only_root: false               # read-only image root, writable emptyDirs at workdir, /tmp, agent state
+    read_only_root: true                # read-only image root; writable emptyDirs at workdir, /tmp, tools, agent state
 """
 
 from __future__ import annotations
@@ -55,11 +55,12 @@ class KubernetesOptions:
     watch_timeout: int = 240
     # The sandbox container's root filesystem read-only (``readOnlyRootFilesystem``), with writable
     # emptyDirs at only the paths a sandbox must write: its workdir (``/workspace`` when the spec
-    # names none, since the image's WORKDIR would be read-only), /tmp and the agent's state dir.
-    # Off by default: SWE tasks write outside those (shims into /usr/local/bin, packages into
-    # site-packages), and an emptyDir at the workdir hides what the image has there (a task's repo
-    # baked in at /testbed); turn it on for tasks whose files all arrive by upload into the workdir.
-    read_only_root: bool = False
+    # names none, since the image's WORKDIR would be read-only), /tmp, the tools directory
+    # (``orchard.env.api.TOOLS_DIR``: tasks' shims and tools, first on PATH) and the agent's state dir.
+    # On by default. An emptyDir at the workdir hides what the image has there: turn it off for
+    # images that bake a task's files into their WORKDIR (a repo at /testbed) rather than have
+    # them uploaded, or that install into system paths at run time.
+    read_only_root: bool = True
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> KubernetesOptions:

@@ -8,7 +8,7 @@ import ipaddress
 import kubernetes_validate
 import pytest
 
-from orchard.env.api import SandboxSpec
+from orchard.env.api import TOOLS_DIR, SandboxSpec
 from orchard.env.backends.base import SANDBOX_CAPS
 from orchard.env.backends.kubernetes.manifests import (
     AGENT_STATE_DIR,
@@ -72,8 +72,8 @@ def test_the_pod_runs_the_bundled_agent_in_the_task_image_with_the_spec_s_resour
     assert pod["spec"]["runtimeClassName"] == "gvisor" and pod["spec"]["priorityClassName"] == "orchard-sandbox"
     assert pod["spec"]["nodeSelector"] == GKE.node_selector and pod["spec"]["tolerations"] == GKE.tolerations
     assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
-    # No workdir in the spec: the agent starts in the image's WORKDIR and no workingDir overrides it.
-    default = sandbox_pod(SID, SandboxSpec(), KubernetesOptions())["spec"]["containers"][0]
+    # No workdir in the spec and a writable root: the agent starts in the image's WORKDIR, no workingDir overrides it.
+    default = sandbox_pod(SID, SandboxSpec(), KubernetesOptions(read_only_root=False))["spec"]["containers"][0]
     assert "workingDir" not in default and default["args"][default["args"].index("--workdir") + 1] == "."
     assert default["image"] == KubernetesOptions().default_image
 
@@ -122,26 +122,28 @@ def _sandbox_mounts(pod: dict) -> dict[str, dict]:
     return {m["mountPath"]: {**m, "volume": volumes[m["name"]]} for m in mounts}
 
 
-def test_a_read_only_root_is_off_by_default():
-    assert KubernetesOptions().read_only_root is False
-    pod = sandbox_pod(SID, SPECS[1], KubernetesOptions())
+def test_a_read_only_root_is_on_by_default_and_can_be_turned_off():
+    assert KubernetesOptions().read_only_root is True
+    writable = sandbox_pod(SID, SPECS[1], KubernetesOptions())
+    assert writable["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    pod = sandbox_pod(SID, SPECS[1], KubernetesOptions(read_only_root=False))
     assert "readOnlyRootFilesystem" not in pod["spec"]["containers"][0]["securityContext"]
     assert list(_sandbox_mounts(pod)) == [MOUNT]
     assert [v["name"] for v in pod["spec"]["volumes"]] == ["orchard"]
 
 
-def test_a_read_only_root_leaves_writable_only_the_workdir_tmp_and_the_agent_s_state():
+def test_a_read_only_root_leaves_writable_only_the_workdir_tmp_the_tools_and_the_agent_s_state():
     pod = sandbox_pod(SID, SPECS[1], READ_ONLY)  # workdir /testbed
     kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
     container = pod["spec"]["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = _sandbox_mounts(pod)
-    assert set(mounts) == {MOUNT, "/testbed", "/tmp", AGENT_STATE_DIR}
+    assert set(mounts) == {MOUNT, "/testbed", "/tmp", TOOLS_DIR, AGENT_STATE_DIR}
     assert mounts[MOUNT]["readOnly"] is True and mounts[MOUNT]["name"] == "orchard"
-    for path in ("/testbed", "/tmp", AGENT_STATE_DIR):
+    for path in ("/testbed", "/tmp", TOOLS_DIR, AGENT_STATE_DIR):
         assert mounts[path]["volume"]["emptyDir"] == {}
         assert mounts[path].get("readOnly", False) is False
-    assert len({mounts[p]["name"] for p in mounts}) == 4  # each its own volume
+    assert len({mounts[p]["name"] for p in mounts}) == 5  # each its own volume
     assert container["workingDir"] == "/testbed"
     assert container["args"][container["args"].index("--workdir") + 1] == "/testbed"
     assert container["args"][container["args"].index("--state-dir") + 1] == AGENT_STATE_DIR
@@ -152,18 +154,18 @@ def test_a_read_only_root_leaves_writable_only_the_workdir_tmp_and_the_agent_s_s
     container = default["spec"]["containers"][0]
     assert container["workingDir"] == "/workspace"
     assert container["args"][container["args"].index("--workdir") + 1] == "/workspace"
-    assert set(_sandbox_mounts(default)) == {MOUNT, "/workspace", "/tmp", AGENT_STATE_DIR}
+    assert set(_sandbox_mounts(default)) == {MOUNT, "/workspace", "/tmp", TOOLS_DIR, AGENT_STATE_DIR}
 
     # A workdir that is one of the other writable paths is mounted once.
     in_tmp = sandbox_pod(SID, SandboxSpec(workdir="/tmp/"), READ_ONLY)
-    assert set(_sandbox_mounts(in_tmp)) == {MOUNT, "/tmp", AGENT_STATE_DIR}
-    assert len(in_tmp["spec"]["volumes"]) == 3
+    assert set(_sandbox_mounts(in_tmp)) == {MOUNT, "/tmp", TOOLS_DIR, AGENT_STATE_DIR}
+    assert len(in_tmp["spec"]["volumes"]) == 4
 
 
 def test_read_only_root_is_an_option_of_the_backend_file(tmp_path):
     path = tmp_path / "backend.yaml"
-    path.write_text("read_only_root: true\n")
-    assert KubernetesOptions.load(str(path)).read_only_root is True
+    path.write_text("read_only_root: false\n")
+    assert KubernetesOptions.load(str(path)).read_only_root is False
 
 
 def _allowed(policy: dict) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
