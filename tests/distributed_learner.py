@@ -140,7 +140,7 @@ def rl(workdir: str) -> None:
             shutil.copy(os.path.join(served, name), weights)
     config = from_config(RLConfig, {
         # five steps at most, but a budget of 4 rollouts (2 a step) ends it after two: the followers stop too
-        "num_steps": 5, "rollout_budget": 4, "checkpoint_every": 1, "prompts_per_step": 1, "seq_len": 1280, "rows": 4, "micro_rows": 2,
+        "num_steps": 5, "rollout_budget": 4, "checkpoint_every": 1, "prompts_per_step": 1, "seq_len": 640, "rows": 4, "micro_rows": 2,
         "chat_format": "smollm2", "mesh": {"fsdp": 2, "tp": 2}, "optim": {"peak_lr": 1e-3, "warmup_steps": 1},
         "sampler": {"name": "fixed", "group_size": 2},
         "rollout": {"max_turns": 1, "max_new_tokens": 16, "concurrency": 2, "episode_seconds": 120},
