@@ -68,7 +68,9 @@ def test_recorded_ids_and_logprobs_are_the_server_s(proxy, policy_server):
 
 
 def test_a_stream_passes_through_before_it_ends_and_is_recorded_as_the_unstreamed_call(proxy):
-    session = proxy.open(sampling={"temperature": 0, "max_tokens": 12})
+    # 200 tokens: the stream's first chunk (sent before any token is sampled) reaches the client long before the
+    # last token and the record (with 12, a fast server could finish the call before the client read a chunk).
+    session = proxy.open(sampling={"temperature": 0, "max_tokens": 200})
     client = openai.OpenAI(base_url=session["base_url"], api_key=session["api_key"], max_retries=0)
     stream = client.chat.completions.create(model="x", messages=MESSAGES, stream=True)
     first = next(iter(stream))
@@ -78,6 +80,7 @@ def test_a_stream_passes_through_before_it_ends_and_is_recorded_as_the_unstreame
     chat(session["base_url"])  # the same call, not streamed
     streamed, plain = read_session(session["records"]).calls
     assert streamed["status"] == "ok" and streamed["usable_for_rl"]
+    assert len(streamed["completions"][0]["token_ids"]) == 200  # no early stop: the margin above held
     assert streamed["completions"][0]["token_ids"] == plain["completions"][0]["token_ids"]
     assert streamed["prompt_token_ids"] == plain["prompt_token_ids"]
     assert streamed["completions"][0]["text"] == text == plain["completions"][0]["text"]
