@@ -7,6 +7,10 @@ iproute2 and Chromium read) with a fresh ``hostname`` and ``machine-id``, marks 
 and stacks it above the host's root in every sandbox's overlay: the sandbox sees this ``etc`` and
 nothing of the host's, and can still write its own (the overlay's upper layer). The layer lives on a
 tmpfs of its own, as overlayfs refuses a lower layer nested inside another (the host's root).
+
+A backend without root builds the same ``etc`` in a plain directory (no opaque mark, which needs
+``CAP_SYS_ADMIN``), and ``sandbox_init.sh`` binds it read-only over the sandbox's ``/etc``, as read-only as
+the rest of the host tree there.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ ALLOWED = (
 DENIED = ("ssl/private",)
 
 
-def build_etc_layer(layer: str, source: str = "/etc") -> str:
+def build_etc_layer(layer: str, source: str = "/etc", opaque: bool = True) -> str:
     """Fill ``layer``/etc with the allowed entries of ``source`` (links kept as links, unreadable entries
-    left out), a ``hostname`` of ``sandbox`` and a random ``machine-id``; mark it opaque. Returns ``layer``."""
+    left out), a ``hostname`` of ``sandbox`` and a random ``machine-id``; mark it opaque (``opaque``: an
+    overlay's layer). Returns ``layer``."""
     etc = os.path.join(layer, "etc")
     shutil.rmtree(etc, ignore_errors=True)
     os.makedirs(etc)
@@ -58,5 +63,6 @@ def build_etc_layer(layer: str, source: str = "/etc") -> str:
         handle.write("sandbox\n")
     with open(os.path.join(etc, "machine-id"), "w") as handle:
         handle.write(secrets.token_hex(16) + "\n")
-    os.setxattr(etc, "trusted.overlay.opaque", b"y")  # the host's /etc below it is not merged in
+    if opaque:
+        os.setxattr(etc, "trusted.overlay.opaque", b"y")  # the host's /etc below it is not merged in
     return layer

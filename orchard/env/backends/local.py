@@ -171,7 +171,7 @@ class LocalBackend:
         """The allow-listed /etc every sandbox on the host's root gets (:mod:`~orchard.env.backends.etc`), on a
         tmpfs of its own under the state dir (about 1 MiB), mounted on first use and unmounted by :meth:`close`;
         None, with a warning, where a tmpfs cannot be mounted. Only root backends start sandboxes this way
-        (``sandbox_init.sh``'s see the host's /etc)."""
+        (``sandbox_init.sh`` binds :meth:`_rootless_etc` instead)."""
         if self.etc_layer is not None or self._etc_failed:
             return self.etc_layer
         layer = os.path.join(self.state_dir, "etc-layer")
@@ -185,6 +185,14 @@ class LocalBackend:
             self._etc_failed = True
             log.warning("sandboxes will see the host's /etc: could not build their own (%s)", error)
         return self.etc_layer
+
+    def _rootless_etc(self) -> str:
+        """The allow-listed /etc of a backend without root: a plain directory under the state dir, built once,
+        that ``sandbox_init.sh`` binds read-only over each sandbox's /etc."""
+        layer = os.path.join(self.state_dir, "etc-rootless")
+        if not os.path.isdir(os.path.join(layer, "etc")):
+            build_etc_layer(layer, opaque=False)
+        return os.path.join(layer, "etc")
 
     def _dir(self, sandbox_id: str) -> str:
         if not sandbox_id.isalnum():
@@ -260,6 +268,7 @@ class LocalBackend:
             "ORCHARD_WORKDIR": workdir,
             "ORCHARD_HOSTNAME": self._hostname(sandbox_id),
             "ORCHARD_PYTHON": sys.executable,
+            "ORCHARD_ETC": self._rootless_etc(),
             "ORCHARD_PATH": DEFAULT_PATH,
             "ORCHARD_CAPS": ",".join(f"+{cap}" for cap in SANDBOX_CAPS),
             "ORCHARD_CONFINE": "--confine" if self.seccomp else "",

@@ -7,6 +7,7 @@
 #                     (rootless fallback: read-only binds of the host's top-level directories)
 #   hidden paths      replaced by empty private directories (every top-level entry but the system's,
 #                     a few inside those, the state dir)
+#   /etc              an allow-listed copy of the host's (ORCHARD_ETC), bound read-only
 #   runtime paths     the agent's Python and package, bound read-only at their host paths, with the
 #                     package's non-agent parts hidden again (ORCHARD_MASK)
 #   /proc /dev /sys   fresh proc for the new pid namespace, a minimal /dev, read-only sysfs
@@ -67,6 +68,11 @@ for path in $ORCHARD_MASK; do  # the package's parts the agent does not run
     mount --bind "$SB/rw/private/mask-$n" "$R$path"
   fi
 done
+
+if [ -n "${ORCHARD_ETC:-}" ]; then  # the allow-listed /etc (backends/etc.py), never the host's
+  mount --rbind "$ORCHARD_ETC" "$R/etc"
+  mount -o remount,bind,ro "$R/etc" 2>/dev/null || true
+fi
 
 mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
 mount -t tmpfs -o mode=755,size=1m,nosuid tmpfs "$R/dev"

@@ -274,6 +274,10 @@ async def test_rootless_sandboxes_are_isolated(rootless_backend):
         assert (await sb.exec("cat /proc/self/uid_map"))["stdout"].split() == ["0", "0", "1"]  # a user namespace
         assert int((await sb.exec("ps -e --no-headers | wc -l"))["stdout"]) <= 4  # agent, sh, ps, wc
         assert (await sb.exec(f"cat {secret}"))["exit_code"] != 0
+        # The allow-listed /etc, not the host's: no password hashes, a user table, the sandbox's own name.
+        etc = (await sb.exec("ls -A /etc; cat /etc/hostname"))["stdout"].split()
+        assert "passwd" in etc and "shadow" not in etc and "sudoers" not in etc and etc[-1] == "sandbox"
+        assert (await sb.exec("touch /etc/orchard-rootless"))["exit_code"] != 0  # read-only, as the host tree
         assert os.path.basename(secret) not in (await sb.exec("ls -A /root /home"))["stdout"]
         assert (await sb.exec("echo data > /workspace/f && cat /workspace/f"))["stdout"] == "data\n"
         assert (await sb.exec("touch /usr/orchard-rootless"))["exit_code"] != 0  # host tree is read-only here
