@@ -190,8 +190,10 @@ class LocalBackend:
         """The allow-listed /etc of a backend without root: a plain directory under the state dir, built once,
         that ``sandbox_init.sh`` binds read-only over each sandbox's /etc."""
         layer = os.path.join(self.state_dir, "etc-rootless")
-        if not os.path.isdir(os.path.join(layer, "etc")):
-            build_etc_layer(layer, opaque=False)
+        if not os.path.isdir(layer):  # built aside and renamed: a crash mid-build leaves no half of one
+            building = f"{layer}.{os.getpid()}"
+            shutil.rmtree(building, ignore_errors=True)
+            os.replace(build_etc_layer(building, opaque=False), layer)
         return os.path.join(layer, "etc")
 
     def _dir(self, sandbox_id: str) -> str:
