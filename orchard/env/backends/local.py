@@ -260,8 +260,8 @@ class LocalBackend:
                 "caps": list(SANDBOX_CAPS), "exec": command, "agent_env": agent_env, "agent_args": agent_args,
                 "confine": self.seccomp}
 
-    def _init_env(self, sandbox_id: str, sandbox_dir: str, workdir: str) -> dict[str, str]:
-        """The environment of ``sandbox_init.sh`` (the rootless path)."""
+    def _init_env(self, sandbox_id: str, sandbox_dir: str, workdir: str, isolated: bool) -> dict[str, str]:
+        """The environment of ``sandbox_init.sh`` (the rootless path; ``isolated``: namespaces, not the host)."""
         return {
             "ORCHARD_SANDBOX_DIR": sandbox_dir,
             "ORCHARD_HIDE": " ".join(self.view.hide),
@@ -270,7 +270,7 @@ class LocalBackend:
             "ORCHARD_WORKDIR": workdir,
             "ORCHARD_HOSTNAME": self._hostname(sandbox_id),
             "ORCHARD_PYTHON": sys.executable,
-            "ORCHARD_ETC": self._rootless_etc(),
+            "ORCHARD_ETC": self._rootless_etc() if isolated else "",
             "ORCHARD_PATH": DEFAULT_PATH,
             "ORCHARD_CAPS": ",".join(f"+{cap}" for cap in SANDBOX_CAPS),
             "ORCHARD_CONFINE": "--confine" if self.seccomp else "",
@@ -366,7 +366,8 @@ class LocalBackend:
             process = await asyncio.create_subprocess_exec(
                 *self._launch_argv(sandbox_dir, spec, root.workdir, join, limits),
                 stdin=subprocess.DEVNULL, stdout=agent_log, stderr=agent_log, start_new_session=True,
-                env=self._init_env(sandbox_id, sandbox_dir, root.workdir),  # not the orchestrator's (API key)
+                # not the orchestrator's environment (its API key)
+                env=self._init_env(sandbox_id, sandbox_dir, root.workdir, spec.isolation != "none"),
             )
         self._launchers[sandbox_id] = process
         return self._launched(sandbox_id, sandbox_dir, process.pid, token)
