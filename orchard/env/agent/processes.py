@@ -1,6 +1,6 @@
 """Background processes: servers and other long jobs that outlive one exec call.
 
-Each process runs in its own session with stdout and stderr appended to one log file under the
+Each process leads its own process group, with stdout and stderr appended to one log file under the
 agent's state directory, so logs survive a slow reader and can be read from any byte offset.
 """
 
