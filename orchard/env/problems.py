@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from fastapi import FastAPI, Request
@@ -42,8 +42,12 @@ class ProblemError(Exception):
         self.detail = detail
 
 
+def problem_document(status: int, code: ErrorCode, detail: str = "") -> Problem:
+    return Problem(title=code.value.replace("_", " "), status=status, code=code, detail=detail)
+
+
 def problem_response(status: int, code: ErrorCode, detail: str = "", headers: dict | None = None) -> JSONResponse:
-    body = Problem(title=code.value.replace("_", " "), status=status, code=code, detail=detail)
+    body = problem_document(status, code, detail)
     return JSONResponse(body.model_dump(mode="json"), status_code=status, headers=headers,
                         media_type="application/problem+json")
 
@@ -58,27 +62,28 @@ def validation_detail(errors: list[dict]) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors)[:2000]
 
 
-async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+async def cancel_on_disconnect(receive: Callable[[], Awaitable[dict]], work: Awaitable[T]) -> T:
     """Await ``work``, but cancel it if the client hangs up first.
 
     ASGI servers do not cancel a handler whose client went away, so a command would run on to its
     own timeout (holding the sandbox's exec lock) after the caller gave up. Only for requests
-    whose body has been read: the next ``receive`` then waits for the disconnect.
+    whose body has been read: the next ``receive`` (the ASGI one, or ``Request.receive``) then waits
+    for the disconnect. The work runs in the handler's own task, which a hang-up cancels (one watcher
+    task per request, not two tasks and a wait: this is on every exec's path).
     """
-    task = asyncio.ensure_future(work)
+    handler = asyncio.current_task()
+    assert handler is not None, "cancel_on_disconnect runs in a request's task"
 
     async def hang_up() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
+        while (await receive())["type"] != "http.disconnect":
             pass
+        handler.cancel()  # nobody is there to answer: stop the work (and the handler) where it is
 
     watcher = asyncio.ensure_future(hang_up())
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        return await work
     finally:
         watcher.cancel()
-        if not task.done():
-            task.cancel()
-    return await task  # raises CancelledError if the client left: nobody is there to answer
 
 
 def install_problem_handlers(app: FastAPI) -> None:

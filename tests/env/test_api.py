@@ -47,7 +47,7 @@ def test_output_encoding_round_trips_binary():
 def test_every_hot_route_is_implemented_by_the_agent():
     from orchard.env.agent.app import AgentConfig, create_app
 
-    agent = create_app(AgentConfig(token="t", root="/tmp", state_dir="/tmp/orchard-test-agent")).app
+    agent = create_app(AgentConfig(token="t", root="/tmp", state_dir="/tmp/orchard-test-agent")).app.app  # behind the fast path
     served = {(method, route.path) for route in agent.routes for method in getattr(route, "methods", ())}
     for hot in api.HOT_ROUTES:
         assert (hot.method, hot.path) in served, hot.name

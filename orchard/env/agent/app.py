@@ -35,6 +35,7 @@ from orchard.env.agent.patch import apply_patch
 from orchard.env.agent.paths import SandboxRoot
 from orchard.env.agent.processes import ProcessTable
 from orchard.env.auth import BearerAuth
+from orchard.env.fastpath import FastRoutes, Receive, Reply, json_reply
 from orchard.env.problems import (
     ProblemError,
     cancel_on_disconnect,
@@ -82,11 +83,18 @@ _ERRNO_PROBLEMS = {
 }
 
 
-def _os_error(_: Request, exc: OSError) -> Response:
-    """File-system errors from any route become problems that say what the OS refused."""
+def _os_problem(exc: Exception) -> tuple[int, api.ErrorCode, str] | None:
+    """What the OS refused, as a problem (status, code, detail); None for anything but an ``OSError``."""
+    if not isinstance(exc, OSError):
+        return None
     status, code = _ERRNO_PROBLEMS.get(exc.errno, (400, api.ErrorCode.INVALID_REQUEST))
     what = os.path.basename(exc.filename) if isinstance(exc.filename, str) else ""
-    return problem_response(status, code, f"{exc.strerror or exc}{': ' + what if what else ''}")
+    return status, code, f"{exc.strerror or exc}{': ' + what if what else ''}"
+
+
+def _os_error(_: Request, exc: OSError) -> Response:
+    """File-system errors from any route become problems that say what the OS refused."""
+    return problem_response(*_os_problem(exc))
 
 
 def create_app(config: AgentConfig) -> BearerAuth:
@@ -125,20 +133,28 @@ def create_app(config: AgentConfig) -> BearerAuth:
     async def health() -> Response:
         return json_response(api.Health(version=__version__, pid=os.getpid(), uptime=time.time() - started))
 
-    @app.post("/exec", response_model=api.ExecResponse)
-    async def exec_command(request: api.ExecRequest, http: Request) -> Response:
+    async def exec_whole(request: api.ExecRequest, receive: Receive) -> str:
+        """Run a command to completion; the response's JSON. A caller that hangs up kills the command."""
         cwd = root.workdir_path(request.cwd)
         out, err = CappedBuffer(request.max_output_bytes), CappedBuffer(request.max_output_bytes)
-        outcome = await cancel_on_disconnect(http, serialised(lambda: run(
+        outcome = await cancel_on_disconnect(receive, serialised(lambda: run(
             request.command, cwd=cwd, env=command_env(request.env), stdin=request.stdin_bytes(),
             timeout=request.timeout, stdout_sink=out.write, stderr_sink=err.write)))
         stdout, stdout_encoding = api.encode_output(out.getvalue())
         stderr, stderr_encoding = api.encode_output(err.getvalue())
-        return json_response(api.ExecResponse(
+        return api.ExecResponse(
             exit_code=outcome.exit_code, stdout=stdout, stderr=stderr, stdout_encoding=stdout_encoding,
             stderr_encoding=stderr_encoding, stdout_total=out.total, stderr_total=err.total,
             timed_out=outcome.timed_out, truncated=out.truncated or err.truncated, duration=outcome.duration,
-        ))
+        ).model_dump_json()
+
+    @app.post("/exec", response_model=api.ExecResponse)
+    async def exec_command(request: api.ExecRequest, http: Request) -> Response:
+        """Served by the fast path below; here for the schema and for an app run without it."""
+        return Response(await exec_whole(request, http.receive), media_type="application/json")
+
+    async def exec_fast(_: str, __: list[tuple[str, str]], body: bytes, receive: Receive) -> Reply:
+        return json_reply(await exec_whole(api.ExecRequest.model_validate_json(body), receive))
 
     @app.post("/exec/stream", response_class=StreamingResponse)
     async def exec_stream(request: api.ExecRequest) -> StreamingResponse:
@@ -271,4 +287,5 @@ def create_app(config: AgentConfig) -> BearerAuth:
     app.add_api_websocket_route("/ports/{port}", port_websocket)
     app.add_api_websocket_route("/ports/{port}/{path:path}", port_websocket)
 
-    return BearerAuth(app, config.token, exempt=frozenset({"/health"}))
+    fast = FastRoutes(app, {("POST", "/exec"): exec_fast}, parameter=False, problem=_os_problem)
+    return BearerAuth(fast, config.token, exempt=frozenset({"/health"}))

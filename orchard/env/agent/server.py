@@ -64,9 +64,10 @@ def run_agent(args: argparse.Namespace) -> None:
     config = AgentConfig(token=token, root=args.root, workdir=os.path.abspath(args.workdir), state_dir=args.state_dir,
                          env=tuple(env.items()), user=args.user)
     app = create_app(config)
-    # The orchestrator keeps idle connections for 15 s: keep them longer here (see server/main.py).
+    # The orchestrator keeps idle connections for 15 s: keep them longer here (see server/main.py). Its only
+    # client is the orchestrator, never a proxy: no X-Forwarded-* handling on every request.
     listen = {"uds": args.uds} if args.uds else {"host": args.host, "port": args.port}
-    uvicorn.run(app, **listen, log_level="warning", access_log=False, timeout_keep_alive=120)
+    uvicorn.run(app, **listen, log_level="warning", access_log=False, timeout_keep_alive=120, proxy_headers=False)
 
 
 def _make_tools_dir(user: str | None) -> bool:

@@ -19,6 +19,7 @@ from orchard.env.server.lifecycle import SandboxManager
 from orchard.env.server.metrics import Metrics
 from orchard.env.server.pools import WarmPools
 from orchard.env.server.routes import (
+    fast_hot_routes,
     install_hot_routes,
     install_port_routes,
     lifecycle_router,
@@ -70,4 +71,4 @@ def create_app(backend: Backend, store: Store, api_key: str, reap_interval: floa
     app.include_router(snapshot_router(manager))
     install_hot_routes(app, manager)
     install_port_routes(app, manager)
-    return BearerAuth(app, api_key, exempt=OPEN_PATHS)
+    return BearerAuth(fast_hot_routes(app, manager), api_key, exempt=OPEN_PATHS)

@@ -10,15 +10,17 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 from fastapi import APIRouter, FastAPI, Query, Request, Response, WebSocket
 from fastapi import Path as PathParam
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from orchard.env import api
-from orchard.env.problems import ProblemError, cancel_on_disconnect, json_response, validation_detail
+from orchard.env.fastpath import FastRoutes, Handler, Receive, Reply, body_validation_detail
+from orchard.env.problems import ProblemError, cancel_on_disconnect, json_response
 from orchard.env.relay import relay, relay_websocket
 from orchard.env.server.agents import AgentError
 from orchard.env.server.lifecycle import SandboxManager
@@ -120,20 +122,71 @@ def _responses(route: api.HotRoute) -> dict:
     return {200: {"content": {media: {"schema": {"type": "string", "format": "binary"}}}}} if media else {}
 
 
+def _fast(route: api.HotRoute) -> bool:
+    """Whether :class:`~orchard.env.fastpath.FastRoutes` serves ``route``: a whole (unstreamed) body each way and
+    no path parameter but the sandbox's id."""
+    return route.body != "raw" and route.response not in ("raw", "ndjson") and "{" not in route.path
+
+
+def _check_body(model: type[BaseModel], body: bytes) -> None:
+    """Refuse a body that does not validate (422) here, so a malformed request never reaches a sandbox."""
+    try:
+        model.model_validate_json(body)
+    except ValidationError as exc:
+        raise ProblemError(422, api.ErrorCode.INVALID_REQUEST, body_validation_detail(exc)) from None
+
+
+def _whole_forwarder(route: api.HotRoute, manager: SandboxManager) -> Handler:
+    """Forward a request whose body and answer are small enough to hold (JSON or none) to the sandbox's agent."""
+    seconds = manager.metrics.hot_seconds.labels(route.name)  # looked up once: this is on every exec's path
+    answered: dict[int, Any] = {}
+
+    async def forward(sandbox_id: str, query: list[tuple[str, str]], body: bytes, receive: Receive) -> Reply:
+        started = time.perf_counter()
+        try:
+            headers = {}
+            if isinstance(route.body, type):
+                _check_body(route.body, body)
+                headers["content-type"] = "application/json"
+            agent = await manager.client(sandbox_id)
+            try:
+                call = agent.session.request(route.method, agent.base_url + route.path, params=query,
+                                             data=body if isinstance(route.body, type) else None, headers=headers)
+                # A caller that hangs up cancels the agent call, which kills the command there.
+                response, content = await cancel_on_disconnect(receive, _read(call)) if isinstance(
+                    route.body, type) else await _read(call)
+            except AgentError as exc:
+                raise await manager.agent_lost(sandbox_id, exc) from None
+            counter = answered.get(response.status)
+            if counter is None:
+                counter = answered[response.status] = manager.metrics.hot_requests.labels(route.name, str(response.status))
+            counter.inc()
+            return Reply(response.status, content, [(k.encode(), v.encode()) for k in _PASS_HEADERS
+                                                    if k != "content-length" and (v := response.headers.get(k)) is not None])
+        finally:
+            seconds.observe(time.perf_counter() - started)
+
+    return forward
+
+
 def _forwarder(route: api.HotRoute, manager: SandboxManager):
+    """The FastAPI endpoint of ``route``: streamed bodies are piped through; a whole one goes through the
+    same forwarder as the fast path's (reached here only when the app runs without it)."""
     streamed = route.response in ("raw", "ndjson")
     prefix_len = len(f"{api.API_PREFIX}/sandboxes/")
+    whole = _whole_forwarder(route, manager) if _fast(route) else None
 
     async def forward(request: Request, sandbox_id: str) -> Response:
+        if whole is not None:
+            reply = await whole(sandbox_id, list(request.query_params.multi_items()), await request.body(),
+                                request.receive)
+            return Response(reply.body, status_code=reply.status, headers={k.decode(): v.decode() for k, v in reply.headers})
         started = time.perf_counter()
         agent_path = request.url.path[prefix_len + len(sandbox_id):]
         headers = {}
         if isinstance(route.body, type):
             content = await request.body()
-            try:
-                route.body.model_validate_json(content)
-            except ValidationError as exc:
-                raise ProblemError(422, api.ErrorCode.INVALID_REQUEST, validation_detail(exc.errors())) from None
+            _check_body(route.body, content)
             headers["content-type"] = "application/json"
         elif route.body == "raw":
             content = request.stream()
@@ -151,9 +204,7 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
                     if response.status >= 400:
                         body = await response.read()
                 else:
-                    # A caller that hangs up cancels the agent call, which kills the command there.
-                    response, body = await cancel_on_disconnect(request, _read(call)) if isinstance(
-                        route.body, type) else await _read(call)
+                    response, body = await _read(call)
             except AgentError as exc:
                 raise await manager.agent_lost(sandbox_id, exc) from None
             out_headers = {k: v for k in _PASS_HEADERS if (v := response.headers.get(k)) is not None}
@@ -181,6 +232,12 @@ def _forwarder(route: api.HotRoute, manager: SandboxManager):
 async def _read(call) -> tuple[aiohttp.ClientResponse, bytes]:
     async with call as response:
         return response, await response.read()
+
+
+def fast_hot_routes(app, manager: SandboxManager) -> FastRoutes:
+    """``app`` behind the fast path for the hot routes with whole bodies (``exec``, ``patch``, …)."""
+    routes = {(route.method, route.path): _whole_forwarder(route, manager) for route in api.HOT_ROUTES if _fast(route)}
+    return FastRoutes(app, routes, prefix=f"{api.API_PREFIX}/sandboxes/")
 
 
 def install_hot_routes(app: FastAPI, manager: SandboxManager) -> None:

@@ -271,3 +271,35 @@ def test_killing_a_background_process_kills_its_group(agent):
                       and info, what="kill")
     assert done["exit_code"] == -9
     problem(agent.http.delete(f"/processes/{started['id']}", params={"signal": 999}), 400, "invalid_request")
+
+
+# ------------------------------------------------------------ the fast path
+
+
+async def test_exec_answers_alike_through_the_fast_path_and_through_fastapi(tmp_path):
+    """``POST /exec`` is served by :class:`~orchard.env.fastpath.FastRoutes`; the FastAPI route behind it
+    (the schema's, and what an app run without the fast path serves) gives the same answers."""
+    from orchard.env.agent.app import AgentConfig, create_app
+    from orchard.env.fastpath import FastRoutes
+
+    (tmp_path / "root" / "workspace").mkdir(parents=True)
+    app = create_app(AgentConfig(token="t", root=str(tmp_path / "root"), state_dir=str(tmp_path / "state")))
+    assert isinstance(app.app, FastRoutes)
+    fastapi_app = app.app.app
+    requests = [{"command": "printf out; printf err >&2; exit 3", "env": {"X": "1"}}, {"command": ""},
+                {"command": "true", "cwd": "/nope"}, {"command": "cat", "stdin": "in"}]
+    answers = {}
+    async with fastapi_app.router.lifespan_context(fastapi_app):
+        for name, served in (("fast", app), ("fastapi", fastapi_app)):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://agent",
+                                         headers={"Authorization": "Bearer t"}) as client:
+                answers[name] = [(r.status_code, r.json()) for r in
+                                 [await client.post("/exec", json=body) for body in requests]]
+    for answer in answers.values():
+        for _, body in answer:
+            body.pop("duration", None)
+    assert answers["fast"] == answers["fastapi"]
+    (ok, result), (invalid, problem_), (missing, _), (_, piped) = answers["fast"]
+    assert (ok, result["exit_code"], result["stdout"], result["stderr"]) == (200, 3, "out", "err")
+    assert invalid == 422 and problem_["detail"].startswith("body.command: ")
+    assert missing == 400 and piped["stdout"] == "in"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 import threading
 
 import httpx
@@ -179,3 +181,47 @@ def test_a_caller_that_gives_up_kills_its_command(orchestrator, sandbox):
     asyncio.run(give_up())
     pid = sandbox.exec("cat /tmp/abandoned").check().stdout.strip()  # the exec lock was released
     wait_until(lambda: not sandbox.exec(f"kill -0 {pid}").ok, what="the abandoned command to be killed")
+
+
+async def test_whole_hot_routes_answer_alike_through_the_fast_path_and_through_fastapi():
+    """``exec``, ``patch`` and the other hot routes with whole bodies are served by the orchestrator's
+    :class:`~orchard.env.fastpath.FastRoutes`; the FastAPI routes behind it (the schema's, and what an app
+    run without the fast path serves) forward the same way and give the same answers."""
+    from orchard.env.backends.local import LocalBackend
+    from orchard.env.fastpath import FastRoutes
+    from orchard.env.server.app import create_app
+    from orchard.env.store.memory import MemoryStore
+
+    state = tempfile.mkdtemp(prefix="orchard-fast-")  # short: the agent's socket path must fit in sun_path
+    app = create_app(LocalBackend(state), MemoryStore(), "key", reap_interval=60)
+    assert isinstance(app.app, FastRoutes)
+    fastapi_app = app.app.app
+    headers = {"Authorization": "Bearer key"}
+    async with fastapi_app.router.lifespan_context(fastapi_app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://orchard", headers=headers) as client:
+        created = await client.post("/v1/sandboxes", json={"isolation": "none", "ttl": 120})
+        assert created.status_code == 201, created.text
+        sandbox_id = created.json()["id"]
+        base = f"/v1/sandboxes/{sandbox_id}"
+        calls = [("POST", "/exec", {"command": "printf out; printf err >&2; exit 3"}),
+                 ("POST", "/exec", {"command": ""}), ("POST", "/exec", {"command": "true", "cwd": "/nope"}),
+                 ("GET", "/files/stat?path=/nope", None), ("POST", "/patch", {"diff": "not a diff"})]
+        answers = {}
+        try:
+            for name, served in (("fast", app), ("fastapi", fastapi_app)):
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://orchard",
+                                             headers=headers) as caller:
+                    answers[name] = [(r.status_code, r.json()) for r in [
+                        await caller.request(method, base + path, json=body) for method, path, body in calls]]
+            gone = await client.post("/v1/sandboxes/no-such-sandbox/exec", json={"command": "true"})
+        finally:
+            await client.delete(base)
+    shutil.rmtree(state, ignore_errors=True)
+    for answer in answers.values():
+        for _, body in answer:
+            body.pop("duration", None)
+    assert answers["fast"] == answers["fastapi"]
+    assert [status for status, _ in answers["fast"]] == [200, 422, 400, 404, 200], answers["fast"]
+    assert answers["fast"][4][1]["applied"] is False
+    assert answers["fast"][0][1]["exit_code"] == 3 and answers["fast"][1][1]["detail"].startswith("body.command: ")
+    assert (gone.status_code, gone.json()["code"]) == (404, "sandbox_not_found")
