@@ -81,11 +81,12 @@ async def _round(servers: dict[str, Any], order: list[str], cfg: BenchConfig,
             samples[name]["exec"] += await bench_orchard_exec(client, cfg)
 
 
-def run_confinement(cfg: BenchConfig, rounds: int = 4, command: str | None = None,
+def run_confinement(cfg: BenchConfig, command: str | None = None,
                     syscall_calls: int = 200_000) -> dict[str, Any]:
     """The summary: per variant, create-to-first-exec and exec latency; the confined/unconfined ratios; the cost
     of one system call under each filter (:func:`syscall_costs`, ``syscall_calls`` calls a round)."""
     samples = {name: {"create": [], "exec": []} for name in VARIANTS}
+    rounds = cfg.rounds
     per_round = replace(cfg, creates=max(1, cfg.creates // rounds), iterations=max(1, cfg.iterations // rounds))
     with contextlib.ExitStack() as stack:
         servers = {name: stack.enter_context(local_server(extra_args=args)) for name, args in VARIANTS.items()}

@@ -3,7 +3,9 @@
 Everything is measured in one run, on one machine, with the trivial command ``true`` so that the
 numbers are the overhead of each path rather than the work of the command:
 
-* **exec latency** (p50, p99, milliseconds), ``iterations`` timed calls after ``warmup`` untimed ones:
+* **exec latency** (p50, p99, milliseconds), ``iterations`` timed calls after ``warmup`` untimed ones. Orchard
+  and SWE-ReX run side by side, both servers up, in ``rounds`` rounds of alternating order
+  (:func:`alternate`), so that a machine that speeds up or slows down during the run weighs on both alike:
 
   - ``orchard``: ``await sandbox.exec("true")`` through the async SDK. The path is
     SDK -> orchestrator (a real ``orchard env serve`` subprocess on loopback, from
@@ -66,6 +68,7 @@ class BenchConfig:
     concurrency: int = 64
     per_sandbox: int = 20
     creates: int = 20
+    rounds: int = 4
     progress: bool = True
     swerex_ready_timeout: float = 30.0
 
@@ -125,6 +128,19 @@ async def time_async(call: Callable[[], Awaitable[object]], cfg: BenchConfig, de
             if i >= cfg.warmup:
                 samples.append(elapsed)
             bar.update()
+    return samples
+
+
+async def alternate(calls: dict[str, Callable[[], Awaitable[object]]], cfg: BenchConfig, rounds: int,
+                    desc: str) -> dict[str, list[float]]:
+    """Time each of ``calls`` over ``rounds`` rounds whose order alternates (A B, B A, ...), each a round
+    ``iterations // rounds`` timed calls after ``warmup // rounds`` untimed ones; each call's seconds."""
+    per_round = BenchConfig(iterations=max(1, cfg.iterations // rounds), warmup=max(1, cfg.warmup // rounds),
+                            progress=cfg.progress)
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for number in range(rounds):
+        for name in (list(calls) if number % 2 == 0 else list(reversed(calls))):
+            samples[name] += await time_async(calls[name], per_round, f"{desc} {name}")
     return samples
 
 
@@ -199,19 +215,18 @@ async def swerex_runtime(cfg: BenchConfig) -> AsyncIterator[RemoteRuntime]:
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
-async def bench_swerex(cfg: BenchConfig) -> list[float]:
-    """Exec latencies of ``RemoteRuntime.execute`` against a local ``swerex-remote``."""
+def swerex_exec(runtime: RemoteRuntime) -> Callable[[], Awaitable[None]]:
+    """One ``RemoteRuntime.execute`` of the benchmark's command, checked."""
     from swerex.runtime.abstract import Command
 
     command = Command(command=COMMAND, shell=True)
 
-    async with swerex_runtime(cfg) as runtime:
-        async def call() -> None:
-            response = await runtime.execute(command)
-            if response.exit_code != 0:
-                raise RuntimeError(f"swerex: {COMMAND!r} exited {response.exit_code}: {response.stderr}")
+    async def call() -> None:
+        response = await runtime.execute(command)
+        if response.exit_code != 0:
+            raise RuntimeError(f"swerex: {COMMAND!r} exited {response.exit_code}: {response.stderr}")
 
-        return await time_async(call, cfg, "swerex exec")
+    return call
 
 
 # ----------------------------------------------------------------- orchard
@@ -297,15 +312,23 @@ async def bench_orchard_create(client: AsyncSandboxClient, cfg: BenchConfig) -> 
     return samples
 
 
+async def bench_exec_side_by_side(server: LocalServer, cfg: BenchConfig) -> dict[str, list[float]]:
+    """Exec latencies of orchard (one sandbox) and SWE-ReX (a local ``swerex-remote``), alternating rounds."""
+    async with swerex_runtime(cfg) as runtime, server.async_client() as client:
+        sandbox = await client.create()
+        try:
+            return await alternate({"orchard": lambda: exec_true(sandbox), "swerex": swerex_exec(runtime)}, cfg,
+                                   cfg.rounds, "exec")
+        finally:
+            await sandbox.delete()
+
+
 async def bench_orchard(server: LocalServer, cfg: BenchConfig) -> dict[str, Any]:
-    """The three orchard measurements against one running orchestrator."""
-    client = server.async_client()
-    try:
-        exec_samples = await bench_orchard_exec(client, cfg)
+    """Exec beside SWE-ReX, then the orchard-only measurements, against one running orchestrator."""
+    exec_samples = await bench_exec_side_by_side(server, cfg)
+    async with server.async_client() as client:
         concurrent = await bench_orchard_concurrent(client, cfg)
         create_samples = await bench_orchard_create(client, cfg)
-    finally:
-        await client.aclose()
     return {"exec": exec_samples, "concurrent": concurrent, "create": create_samples}
 
 
@@ -366,10 +389,10 @@ def run_benchmark(cfg: BenchConfig, command: str | None = None) -> dict[str, Any
 
     ``command`` is how the run was invoked, recorded in the metadata so it can be reproduced.
     """
-    exec_samples = {"subprocess": bench_subprocess(cfg), "swerex": asyncio.run(bench_swerex(cfg))}
+    exec_samples = {"subprocess": bench_subprocess(cfg)}
     with running_orchestrator() as server:
         orchard = asyncio.run(bench_orchard(server, cfg))
-    exec_samples["orchard"] = orchard["exec"]
+    exec_samples.update(orchard["exec"])
     return summarize(exec_samples, orchard["concurrent"], orchard["create"], run_metadata(cfg, command))
 
 
@@ -407,7 +430,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         f"orchard / swerex exec p50: **{summary['exec_p50_ratio_orchard_over_swerex']:.2f}x**.",
         "",
-        f"Exec latency: {cfg['iterations']} timed calls after {cfg['warmup']} warm-up calls per column. "
+        f"Exec latency: {cfg['iterations']} timed calls after {cfg['warmup']} warm-up calls per column; orchard and "
+        f"swerex side by side in {cfg['rounds']} rounds of alternating order. "
         f"Concurrency: {conc['sandboxes']} sandboxes x {conc['commands_per_sandbox']} calls each. "
         f"Creation: {cfg['creates']} sandboxes, one at a time. "
         "Orchard runs each command in its own Linux-namespace sandbox behind an orchestrator; "

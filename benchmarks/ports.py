@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.env import BenchConfig, exec_true, latency_stats, run_metadata, time_async
+from benchmarks.env import BenchConfig, alternate, exec_true, latency_stats, run_metadata
 from orchard.env.client import AsyncSandbox
 from orchard.env.local import free_port, local_server
 from orchard.results import markdown_table
@@ -88,8 +88,7 @@ async def start_echo_server(sandbox: AsyncSandbox, timeout: float = 60.0) -> int
             await asyncio.sleep(0.2)
 
 
-async def _measure(server, cfg: BenchConfig, rounds: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {"exec": [], "http": [], "websocket": []}
+async def _measure(server, cfg: BenchConfig) -> dict[str, list[float]]:
     async with server.async_client() as client:
         sandbox = await client.create(network="none", memory="512Mi")
         try:
@@ -107,24 +106,18 @@ async def _measure(server, cfg: BenchConfig, rounds: int) -> dict[str, list[floa
                     await ws.receive_str()
 
                 calls = {"exec": lambda: exec_true(sandbox), "http": get, "websocket": round_trip}
-                for number in range(rounds):
-                    order = list(calls) if number % 2 == 0 else list(reversed(calls))
-                    for name in order:
-                        samples[name] += await time_async(calls[name], cfg, f"ports {name}")
+                return await alternate(calls, cfg, cfg.rounds, "ports")
         finally:
             await sandbox.delete()
-    return samples
 
 
-def run_ports(cfg: BenchConfig, rounds: int = 4, command: str | None = None) -> dict[str, Any]:
+def run_ports(cfg: BenchConfig, command: str | None = None) -> dict[str, Any]:
     """The summary: p50/p99 of exec, an HTTP GET and a WebSocket round trip; each over exec's p50."""
-    per_round = BenchConfig(iterations=max(1, cfg.iterations // rounds), warmup=max(1, cfg.warmup // rounds),
-                            progress=cfg.progress)
     with local_server() as server:
-        samples = asyncio.run(_measure(server, per_round, rounds))
+        samples = asyncio.run(_measure(server, cfg))
     stats = {name: {**latency_stats(values), "n": len(values)} for name, values in samples.items()}
     ratio = {name: stats[name]["p50_ms"] / stats["exec"]["p50_ms"] for name in ("http", "websocket")}
-    return {"metadata": {**run_metadata(cfg, command), "rounds": rounds}, "latency": stats,
+    return {"metadata": {**run_metadata(cfg, command), "rounds": cfg.rounds}, "latency": stats,
             "ratio_p50_over_exec": ratio}
 
 

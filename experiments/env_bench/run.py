@@ -37,6 +37,8 @@ flags.DEFINE_integer("iterations", DEFAULTS.iterations, "timed exec calls per ba
 flags.DEFINE_integer("warmup", DEFAULTS.warmup, "untimed exec calls before those", lower_bound=0)
 flags.DEFINE_integer("concurrency", DEFAULTS.concurrency, "orchard sandboxes busy at once", lower_bound=1)
 flags.DEFINE_integer("per_sandbox", DEFAULTS.per_sandbox, "exec calls each busy sandbox makes", lower_bound=1)
+flags.DEFINE_integer("rounds", DEFAULTS.rounds, "rounds of alternating order for the side-by-side measurements",
+                     lower_bound=1)
 flags.DEFINE_integer("creates", DEFAULTS.creates, "sandboxes created one at a time for create latency",
                      lower_bound=1)
 flags.DEFINE_bool("progress", True, "show progress bars (--noprogress hides them)")
@@ -57,7 +59,8 @@ def main(argv: list[str]) -> None:
         run_scale(out, run)
         return
     cfg = BenchConfig(iterations=FLAGS.iterations, warmup=FLAGS.warmup, concurrency=FLAGS.concurrency,
-                      per_sandbox=FLAGS.per_sandbox, creates=FLAGS.creates, progress=FLAGS.progress)
+                      per_sandbox=FLAGS.per_sandbox, creates=FLAGS.creates, rounds=FLAGS.rounds,
+                      progress=FLAGS.progress)
     if FLAGS.confinement:
         publish(run_confinement(cfg, command=run), out.with_name("confinement.json"), FLAGS.markdown,
                 "env_confinement", render_confinement)

@@ -9,7 +9,7 @@ from tests.conftest import require_root
 
 def test_both_variants_are_timed_and_rendered():
     require_root()
-    summary = run_confinement(BenchConfig(iterations=4, warmup=1, creates=2, progress=False), rounds=2,
+    summary = run_confinement(BenchConfig(iterations=4, warmup=1, creates=2, rounds=2, progress=False),
                               command="test", syscall_calls=100)
     for variant in ("confined", "unconfined"):
         assert summary["latency"][variant]["create"]["n"] == 2 and summary["latency"][variant]["exec"]["n"] == 4
