@@ -66,12 +66,15 @@ run: run-deps $(RUN_STAMP)
 
 # The suite's processes (pytest, the servers, jobs and notebooks it starts) share JAX's persistent
 # compilation cache, so a program is compiled once per run rather than once per process or model object.
-# They see 8 CPU devices (the sharding tests' meshes) and compile with LLVM at -O1: the suite's programs are
-# tiny and compiled once each, so compiling costs more than running (tests/models, train and rollout: 665 s of
-# CPU against 697 s at the default -O2; -O0 runs slower than either).
+# They see 8 CPU devices (the sharding tests' meshes) and compile cheaply: the suite's programs are tiny and
+# compiled once each, so compiling costs more than running. LLVM at -O1 (tests/models, train and rollout: 665 s
+# of CPU against 697 s at the default -O2; -O0 runs slower than either), XLA's older elemental emitter in place
+# of its fusion emitters, and LLVM's expensive passes off (five train/models/rollout files: 150 s of CPU against
+# 180 s with -O1 alone).
 TEST_ENV := ORCHARD_NOTEBOOK_SMALL=1 JAX_COMPILATION_CACHE_DIR=$(CURDIR)/.cache/jax \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.1 \
-	XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1"
+	XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1 \
+	--xla_cpu_use_fusion_emitters=false --xla_llvm_disable_expensive_passes=true"
 
 test: test-deps $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
