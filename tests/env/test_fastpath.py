@@ -26,7 +26,7 @@ async def call(app, method: str, path: str, body: bytes = b"", query: bytes = b"
     messages = [{"type": "http.request", "body": body[i * size:(i + 1) * size], "more_body": i < chunks - 1}
                 for i in range(chunks)]
     if disconnect:
-        messages = messages[:1] + [{"type": "http.disconnect"}]
+        messages = [*messages[:1], {"type": "http.disconnect"}]
     sent: list[dict] = []
 
     async def receive() -> dict:
