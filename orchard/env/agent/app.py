@@ -18,7 +18,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import aiohttp
@@ -97,29 +97,66 @@ def _os_error(_: Request, exc: OSError) -> Response:
     return problem_response(*_os_problem(exc))
 
 
-def create_app(config: AgentConfig) -> BearerAuth:
-    root = SandboxRoot(config.root, config.workdir)
-    run_commands_as(config.user)
-    processes = ProcessTable(os.path.join(config.state_dir, "processes"))
-    base_env = dict(config.env)
-    started = time.time()
-    exec_lock = asyncio.Lock()
-    loopback: list[aiohttp.ClientSession] = []  # made on the first port forward, on the app's loop
+@dataclass
+class _Sandbox:
+    """The one sandbox an agent serves: what its routes read."""
+
+    root: SandboxRoot
+    processes: ProcessTable
+    base_env: dict[str, str]
+    started: float = field(default_factory=time.time)
+    exec_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    loopback: list[aiohttp.ClientSession] = field(default_factory=list)  # made on the first port forward
+
+
+class AgentRoutes:
+    """The agent's routes, built once and then bound to the sandbox they serve (:meth:`serve`).
+
+    Building FastAPI's routes costs about 8 ms of CPU even with its caches warm: the zygote builds them
+    before it forks, and every sandbox it starts only binds them (:mod:`orchard.env.backends.zygote`).
+    """
+
+    def __init__(self) -> None:
+        self.sandbox: _Sandbox | None = None
+        self.app, self.fast = _build(self)
+
+    def box(self) -> _Sandbox:
+        if self.sandbox is None:
+            raise RuntimeError("the agent's routes serve no sandbox yet: call AgentRoutes.serve first")
+        return self.sandbox
+
+    def serve(self, config: AgentConfig) -> BearerAuth:
+        """Bind the routes to ``config``'s sandbox; the app to run, behind its token."""
+        run_commands_as(config.user)
+        self.sandbox = _Sandbox(SandboxRoot(config.root, config.workdir),
+                                ProcessTable(os.path.join(config.state_dir, "processes")), dict(config.env))
+        return BearerAuth(self.fast, config.token, exempt=frozenset({"/health"}))
+
+
+def create_app(config: AgentConfig, routes: AgentRoutes | None = None) -> BearerAuth:
+    """The agent for one sandbox, on ``routes`` built beforehand (the zygote's), else on new ones."""
+    return (routes or AgentRoutes()).serve(config)
+
+
+def _build(routes: AgentRoutes) -> tuple[FastAPI, FastRoutes]:
+    """The agent's FastAPI app and the fast path in front of it; every route reads its sandbox from ``routes``."""
+    box = routes.box
 
     async def serialised(work: Callable[[], Awaitable[T]]) -> T:
-        async with exec_lock:
+        async with box().exec_lock:
             return await work()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         _protect_agent()
         REAPER.install(asyncio.get_running_loop())
+        sandbox = box()
         try:
             yield
         finally:
-            processes.kill_all()
+            sandbox.processes.kill_all()
             REAPER.uninstall()
-            for session in loopback:
+            for session in sandbox.loopback:
                 await session.close()
 
     app = FastAPI(title="Orchard Env agent", version=__version__, lifespan=lifespan)
@@ -127,15 +164,16 @@ def create_app(config: AgentConfig) -> BearerAuth:
     app.add_exception_handler(OSError, _os_error)
 
     def command_env(extra: dict[str, str]) -> dict[str, str]:
+        base_env = box().base_env
         return {**base_env, **extra} if extra else base_env
 
     @app.get("/health", response_model=api.Health)
     async def health() -> Response:
-        return json_response(api.Health(version=__version__, pid=os.getpid(), uptime=time.time() - started))
+        return json_response(api.Health(version=__version__, pid=os.getpid(), uptime=time.time() - box().started))
 
     async def exec_whole(request: api.ExecRequest, receive: Receive) -> str:
         """Run a command to completion; the response's JSON. A caller that hangs up kills the command."""
-        cwd = root.workdir_path(request.cwd)
+        cwd = box().root.workdir_path(request.cwd)
         out, err = CappedBuffer(request.max_output_bytes), CappedBuffer(request.max_output_bytes)
         outcome = await cancel_on_disconnect(receive, serialised(lambda: run(
             request.command, cwd=cwd, env=command_env(request.env), stdin=request.stdin_bytes(),
@@ -158,7 +196,7 @@ def create_app(config: AgentConfig) -> BearerAuth:
 
     @app.post("/exec/stream", response_class=StreamingResponse)
     async def exec_stream(request: api.ExecRequest) -> StreamingResponse:
-        cwd = root.workdir_path(request.cwd)
+        cwd = box().root.workdir_path(request.cwd)
         env, stdin = command_env(request.env), request.stdin_bytes()
 
         async def events() -> AsyncIterator[bytes]:
@@ -197,69 +235,70 @@ def create_app(config: AgentConfig) -> BearerAuth:
 
     @app.post("/processes", response_model=api.ProcessInfo)
     async def process_start(request: api.ProcessStartRequest) -> Response:
-        cwd = root.workdir_path(request.cwd)
-        return json_response(processes.start(request.command, cwd=cwd, env=command_env(request.env), name=request.name))
+        cwd = box().root.workdir_path(request.cwd)
+        return json_response(box().processes.start(request.command, cwd=cwd, env=command_env(request.env), name=request.name))
 
     @app.get("/processes", response_model=list[api.ProcessInfo])
     async def process_list() -> list[api.ProcessInfo]:
-        return processes.list()
+        return box().processes.list()
 
     @app.get("/processes/{process_id}", response_model=api.ProcessInfo)
     async def process_get(process_id: str) -> Response:
-        return json_response(processes.get(process_id).info())
+        return json_response(box().processes.get(process_id).info())
 
     @app.get("/processes/{process_id}/logs")
     async def process_logs(process_id: str, offset: int = Query(0, ge=0),
                            limit: int = Query(1 << 20, gt=0, le=16 << 20)) -> Response:
-        data, next_offset = processes.read_log(process_id, offset, limit)
+        data, next_offset = box().processes.read_log(process_id, offset, limit)
         return Response(data, media_type="application/octet-stream",
                         headers={api.NEXT_OFFSET_HEADER: str(next_offset)})
 
     @app.delete("/processes/{process_id}", response_model=api.ProcessInfo)
     async def process_kill(process_id: str, signal_number: int = Query(int(signal.SIGKILL), alias="signal")) -> Response:
-        return json_response(processes.kill(process_id, signal_number))
+        return json_response(box().processes.kill(process_id, signal_number))
 
     # --------------------------------------------------------------------- files
 
     @app.put("/files", response_model=api.FileInfo)
     async def file_write(request: Request, path: str, mode: int | None = Query(None, ge=0, le=0o7777)) -> Response:
-        return json_response(await files.write_file(root, path, request.stream(), mode))
+        return json_response(await files.write_file(box().root, path, request.stream(), mode))
 
     @app.get("/files", response_class=StreamingResponse)
     async def file_read(path: str) -> StreamingResponse:
-        fd, size = files.open_for_read(root, path)
+        fd, size = files.open_for_read(box().root, path)
         return StreamingResponse(files.iter_fd(fd), media_type="application/octet-stream",
                                  headers={"content-length": str(size)})
 
     @app.delete("/files", status_code=204)
     async def file_delete(path: str) -> Response:
-        files.delete_path(root, path)
+        files.delete_path(box().root, path)
         return Response(status_code=204)
 
     @app.get("/files/list", response_model=list[api.FileInfo])
     async def file_list(path: str) -> list[api.FileInfo]:
-        return files.list_dir(root, path)
+        return files.list_dir(box().root, path)
 
     @app.get("/files/stat", response_model=api.FileInfo)
     async def file_stat(path: str) -> Response:
-        return json_response(files.stat_path(root, path))
+        return json_response(files.stat_path(box().root, path))
 
     @app.put("/archive", response_model=api.FileInfo)
     async def archive_write(request: Request, path: str) -> Response:
-        return json_response(await files.extract_tar(root, path, request.stream()))
+        return json_response(await files.extract_tar(box().root, path, request.stream()))
 
     @app.get("/archive", response_class=StreamingResponse)
     async def archive_read(path: str) -> StreamingResponse:
-        return StreamingResponse(files.tar_directory(root, path), media_type="application/x-tar")
+        return StreamingResponse(files.tar_directory(box().root, path), media_type="application/x-tar")
 
     @app.post("/patch", response_model=api.PatchResponse)
     async def patch(request: api.PatchRequest) -> Response:
-        cwd = root.workdir_path(request.cwd)
+        cwd = box().root.workdir_path(request.cwd)
         return json_response(await serialised(lambda: apply_patch(request.diff, cwd, request.fuzz)))
 
     # --------------------------------------------------------------------- ports
 
     def loopback_session() -> aiohttp.ClientSession:
+        loopback = box().loopback
         if not loopback:
             loopback.append(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
                                                   auto_decompress=False))
@@ -288,4 +327,4 @@ def create_app(config: AgentConfig) -> BearerAuth:
     app.add_api_websocket_route("/ports/{port}/{path:path}", port_websocket)
 
     fast = FastRoutes(app, {("POST", "/exec"): exec_fast}, parameter=False, problem=_os_problem)
-    return BearerAuth(fast, config.token, exempt=frozenset({"/health"}))
+    return app, fast

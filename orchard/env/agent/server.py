@@ -9,7 +9,7 @@ import sys
 
 import uvicorn
 
-from orchard.env.agent.app import AgentConfig, create_app
+from orchard.env.agent.app import AgentConfig, AgentRoutes, create_app
 from orchard.env.api import TOOLS_BIN, TOOLS_DIR
 
 TOKEN_ENV = "ORCHARD_AGENT_TOKEN"
@@ -33,7 +33,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
-def run_agent(args: argparse.Namespace) -> None:
+def run_agent(args: argparse.Namespace, routes: AgentRoutes | None = None) -> None:
+    """Serve the agent ``args`` describe, on ``routes`` built beforehand (the zygote's), else on new ones."""
     if getattr(args, "confine", False):
         from orchard.env.agent.confine import confine
 
@@ -63,7 +64,7 @@ def run_agent(args: argparse.Namespace) -> None:
     os.environ.pop(TOKEN_ENV, None)
     config = AgentConfig(token=token, root=args.root, workdir=os.path.abspath(args.workdir), state_dir=args.state_dir,
                          env=tuple(env.items()), user=args.user)
-    app = create_app(config)
+    app = create_app(config, routes)
     # The orchestrator keeps idle connections for 15 s: keep them longer here (see server/main.py). Its only
     # client is the orchestrator, never a proxy: no X-Forwarded-* handling on every request.
     listen = {"uds": args.uds} if args.uds else {"host": args.host, "port": args.port}

@@ -2,7 +2,8 @@
 
 Starting an agent the plain way (``unshare ... python -m orchard.env.agent``) costs each sandbox a
 fresh interpreter that imports FastAPI, pydantic and uvicorn: about 0.3 s of CPU and 35 MiB of
-memory that is its alone. The zygote imports all of it once, freezes the objects out of the
+memory that is its alone. The zygote imports all of it once, builds the agent's routes once (each
+sandbox binds them to itself: :class:`orchard.env.agent.app.AgentRoutes`), freezes the objects out of the
 garbage collector's reach (``gc.freeze``, so that collections do not write to the shared pages),
 and serves launch requests on a Unix socket. For each request:
 
@@ -78,6 +79,7 @@ def drop_capabilities(keep: tuple[str, ...]) -> None:
 # ------------------------------------------------------------ inside the zygote
 
 _seccomp: object | str | None = None  # the filter every sandbox loads, or why it could not be built
+_routes = None  # the agent's routes (orchard.env.agent.app.AgentRoutes), built once by _preload
 
 
 def _become_sandbox(request: dict) -> None:
@@ -102,7 +104,7 @@ def _become_sandbox(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["agent_env"])
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    agent_server.run_agent(agent_server.build_parser().parse_args(request["agent_args"]))
+    agent_server.run_agent(agent_server.build_parser().parse_args(request["agent_args"]), _routes)
     os._exit(0)
 
 
@@ -154,12 +156,15 @@ def _preload() -> None:
         import uvicorn.protocols.http.httptools_impl
         import uvloop  # noqa: F401
 
-    # Build one agent app and its server config, and throw them away: the first build in a process
-    # fills pydantic's and FastAPI's caches (74 ms), which every fork then shares (13 ms each).
+    # Build the agent's routes once, for every fork to bind to its sandbox (8 ms each otherwise), and load a
+    # server config over them once: the first build and load fill pydantic's, FastAPI's and uvicorn's caches.
+    global _routes
+    _routes = app.AgentRoutes()
     with tempfile.TemporaryDirectory() as state_dir:
-        warm = app.create_app(app.AgentConfig(token="warm-up", root="/", workdir="/", state_dir=state_dir, env=(),
-                                              user=None))
+        warm = _routes.serve(app.AgentConfig(token="warm-up", root="/", workdir="/", state_dir=state_dir, env=(),
+                                             user=None))
         uvicorn.Config(warm, uds=os.path.join(state_dir, "agent.sock"), log_level="warning").load()
+    _routes.sandbox = None  # each sandbox binds its own
 
 
 def serve(socket_path: str) -> None:

@@ -303,3 +303,27 @@ async def test_exec_answers_alike_through_the_fast_path_and_through_fastapi(tmp_
     assert (ok, result["exit_code"], result["stdout"], result["stderr"]) == (200, 3, "out", "err")
     assert invalid == 422 and problem_["detail"].startswith("body.command: ")
     assert missing == 400 and piped["stdout"] == "in"
+
+
+async def test_routes_built_once_serve_the_sandbox_they_are_bound_to(tmp_path):
+    """The zygote builds the agent's routes once and each sandbox it forks binds them to itself
+    (:class:`~orchard.env.agent.app.AgentRoutes`): a binding replaces the last, and unbound routes say so."""
+    from orchard.env.agent.app import AgentConfig, AgentRoutes
+
+    routes = AgentRoutes()
+    with pytest.raises(RuntimeError, match="serve no sandbox yet"):
+        routes.box()
+    answers = []
+    for name in ("first", "second"):
+        (tmp_path / name / "workspace").mkdir(parents=True)
+        (tmp_path / name / "workspace" / "who").write_text(name)
+        app = routes.serve(AgentConfig(token=name, root=str(tmp_path / name), state_dir=str(tmp_path / f"{name}-state"),
+                                       env=(("WHO", name),)))
+        async with routes.app.router.lifespan_context(routes.app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://agent",
+                headers={"Authorization": f"Bearer {name}"}) as client:
+            read = await client.get("/files", params={"path": "/workspace/who"})
+            ran = await client.post("/exec", json={"command": "echo $WHO"})
+            refused = await client.post("/exec", json={"command": "true"}, headers={"Authorization": "Bearer first"})
+            answers.append((read.text, ran.json()["stdout"], refused.status_code))
+    assert answers == [("first", "first\n", 200), ("second", "second\n", 401)]
