@@ -11,7 +11,9 @@ those routes' OpenAPI entries, stays with FastAPI.
 Errors come back as the same problem documents FastAPI's handlers give (:mod:`orchard.env.problems`):
 a :class:`~orchard.env.problems.ProblemError` as itself, a request that does not validate as a 422
 ``invalid_request`` whose detail names the fields under ``body`` (FastAPI's locations), anything else as a
-logged 500 ``internal``.
+logged 500 ``internal``. Two departures: the body is parsed as JSON whatever its ``content-type`` says, and
+one over ``max_body`` bytes (16 MiB: a valid one is far smaller, its text fields capped at 1 MiB each) is
+refused with a 413 ``invalid_request`` as soon as it passes the cap, without being held whole.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ Handler = Callable[[str, list[tuple[str, str]], bytes, Receive], Awaitable[Reply
 # An exception the app knows -> (status, code, detail) of its problem, or None.
 ProblemOf = Callable[[Exception], "tuple[int, ErrorCode, str] | None"]
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
+MAX_BODY = 16 << 20
 
 
 def problem_reply(status: int, code: ErrorCode, detail: str = "") -> Reply:
@@ -63,8 +66,9 @@ class FastRoutes:
     """
 
     def __init__(self, app, routes: dict[tuple[str, str], Handler], prefix: str = "", parameter: bool = True,
-                 problem: ProblemOf | None = None) -> None:
+                 problem: ProblemOf | None = None, max_body: int = MAX_BODY) -> None:
         self.app = app
+        self.max_body = max_body
         self.problem = problem
         self.routes = routes
         self.prefix = prefix
@@ -96,6 +100,10 @@ class FastRoutes:
             if message["type"] == "http.disconnect":
                 return
             body += message.get("body", b"")
+            if len(body) > self.max_body:
+                await self._send(send, problem_reply(413, ErrorCode.INVALID_REQUEST,
+                                                     f"the request body is over {self.max_body} bytes"))
+                return
             if not message.get("more_body"):
                 break
         query = _query_items(scope.get("query_string", b""))
@@ -108,6 +116,10 @@ class FastRoutes:
         except Exception as exc:
             known = self.problem(exc) if self.problem is not None else None
             reply = problem_reply(*known) if known is not None else self._unexpected(scope, exc)
+        await self._send(send, reply)
+
+    @staticmethod
+    async def _send(send, reply: Reply) -> None:
         await send({"type": "http.response.start", "status": reply.status,
                     "headers": [*reply.headers, (b"content-length", str(len(reply.body)).encode())]})
         await send({"type": "http.response.body", "body": reply.body})

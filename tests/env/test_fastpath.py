@@ -129,3 +129,19 @@ async def test_a_caller_gone_before_its_body_arrived_gets_nothing_and_runs_nothi
     assert await call(fast, "POST", "/v1/sandboxes/sb-1/echo", b'{"name": "abc"}', chunks=2, disconnect=True) == (
         None, {}, b"")
     assert seen == []
+
+
+async def test_a_body_over_the_cap_is_refused_before_it_is_read_whole():
+    fallback = Fallback()
+    seen = []
+
+    async def echo(*args) -> Reply:
+        seen.append(args)
+        return json_reply("{}")
+
+    fast = FastRoutes(fallback, {("POST", "/exec"): echo}, parameter=False, max_body=1000)
+    status, _, body = await call(fast, "POST", "/exec", b"x" * 5000, chunks=10)
+    problem = json.loads(body)
+    assert (status, problem["code"], problem["detail"]) == (413, "invalid_request", "the request body is over 1000 bytes")
+    assert seen == [] and fallback.paths == []
+    assert (await call(fast, "POST", "/exec", b"x" * 1000, chunks=3))[0] == 200
