@@ -18,7 +18,6 @@ refused with a 413 ``invalid_request`` as soon as it passes the cap, without bei
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
@@ -26,9 +25,7 @@ from urllib.parse import parse_qsl
 from pydantic import ValidationError
 
 from orchard.env.api import ErrorCode
-from orchard.env.problems import ProblemError, problem_document, validation_detail
-
-log = logging.getLogger(__name__)
+from orchard.env.problems import ProblemError, problem_document, unexpected_problem, validation_detail
 
 Receive = Callable[[], Awaitable[dict]]
 Headers = list[tuple[bytes, bytes]]
@@ -115,7 +112,7 @@ class FastRoutes:
             reply = problem_reply(422, ErrorCode.INVALID_REQUEST, body_validation_detail(exc))
         except Exception as exc:
             known = self.problem(exc) if self.problem is not None else None
-            reply = problem_reply(*known) if known is not None else self._unexpected(scope, exc)
+            reply = problem_reply(*(known or unexpected_problem(scope["method"], scope["path"], exc)))
         await self._send(send, reply)
 
     @staticmethod
@@ -123,12 +120,6 @@ class FastRoutes:
         await send({"type": "http.response.start", "status": reply.status,
                     "headers": [*reply.headers, (b"content-length", str(len(reply.body)).encode())]})
         await send({"type": "http.response.body", "body": reply.body})
-
-    @staticmethod
-    def _unexpected(scope: dict, exc: Exception) -> Reply:
-        """The answer FastAPI's handler of last resort gives (:func:`orchard.env.problems.install_problem_handlers`)."""
-        log.exception("unhandled error on %s %s", scope["method"], scope["path"])
-        return problem_reply(500, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:500])
 
 
 def body_validation_detail(exc: ValidationError) -> str:

@@ -57,6 +57,12 @@ def json_response(model: BaseModel, status: int = 200) -> Response:
     return Response(model.model_dump_json(), status_code=status, media_type="application/json")
 
 
+def unexpected_problem(method: str, path: str, exc: Exception) -> tuple[int, ErrorCode, str]:
+    """Log an error no handler expected; the 500 problem (status, code, detail) that answers it."""
+    log.exception("unhandled error on %s %s", method, path)
+    return 500, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:500]
+
+
 def validation_detail(errors: list[dict]) -> str:
     """One line per validation error: ``location: message``."""
     return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in errors)[:2000]
@@ -102,5 +108,4 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(500, ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}"[:500])
+        return problem_response(*unexpected_problem(request.method, request.url.path, exc))

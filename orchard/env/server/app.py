@@ -25,6 +25,7 @@ from orchard.env.server.routes import (
     lifecycle_router,
     pool_router,
     snapshot_router,
+    whole_forwarders,
 )
 from orchard.env.store import Store
 
@@ -69,6 +70,7 @@ def create_app(backend: Backend, store: Store, api_key: str, reap_interval: floa
     app.include_router(lifecycle_router(manager, pools))
     app.include_router(pool_router(pools))
     app.include_router(snapshot_router(manager))
-    install_hot_routes(app, manager)
+    whole = whole_forwarders(manager)
+    install_hot_routes(app, manager, whole)
     install_port_routes(app, manager)
-    return BearerAuth(fast_hot_routes(app, manager), api_key, exempt=OPEN_PATHS)
+    return BearerAuth(fast_hot_routes(app, whole), api_key, exempt=OPEN_PATHS)

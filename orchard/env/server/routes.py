@@ -169,12 +169,16 @@ def _whole_forwarder(route: api.HotRoute, manager: SandboxManager) -> Handler:
     return forward
 
 
-def _forwarder(route: api.HotRoute, manager: SandboxManager):
-    """The FastAPI endpoint of ``route``: streamed bodies are piped through; a whole one goes through the
-    same forwarder as the fast path's (reached here only when the app runs without it)."""
+def whole_forwarders(manager: SandboxManager) -> dict[str, Handler]:
+    """By route name, the forwarders of the hot routes with whole bodies, shared by the fast path and FastAPI."""
+    return {route.name: _whole_forwarder(route, manager) for route in api.HOT_ROUTES if _fast(route)}
+
+
+def _forwarder(route: api.HotRoute, manager: SandboxManager, whole: Handler | None):
+    """The FastAPI endpoint of ``route``: streamed bodies are piped through; a whole one goes through
+    ``whole``, the fast path's forwarder (reached here only when the app runs without it)."""
     streamed = route.response in ("raw", "ndjson")
     prefix_len = len(f"{api.API_PREFIX}/sandboxes/")
-    whole = _whole_forwarder(route, manager) if _fast(route) else None
 
     async def forward(request: Request, sandbox_id: str) -> Response:
         if whole is not None:
@@ -234,17 +238,17 @@ async def _read(call) -> tuple[aiohttp.ClientResponse, bytes]:
         return response, await response.read()
 
 
-def fast_hot_routes(app, manager: SandboxManager) -> FastRoutes:
+def fast_hot_routes(app, whole: dict[str, Handler]) -> FastRoutes:
     """``app`` behind the fast path for the hot routes with whole bodies (``exec``, ``patch``, …)."""
-    routes = {(route.method, route.path): _whole_forwarder(route, manager) for route in api.HOT_ROUTES if _fast(route)}
+    routes = {(route.method, route.path): whole[route.name] for route in api.HOT_ROUTES if route.name in whole}
     return FastRoutes(app, routes, prefix=f"{api.API_PREFIX}/sandboxes/")
 
 
-def install_hot_routes(app: FastAPI, manager: SandboxManager) -> None:
+def install_hot_routes(app: FastAPI, manager: SandboxManager, whole: dict[str, Handler]) -> None:
     for route in api.HOT_ROUTES:
         app.add_api_route(
             f"{api.API_PREFIX}/sandboxes/{{sandbox_id}}{route.path}",
-            _forwarder(route, manager),
+            _forwarder(route, manager, whole.get(route.name)),
             methods=[route.method],
             summary=route.summary,
             tags=["sandbox hot path"],
