@@ -54,10 +54,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
-    # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying: span + span, the loss on
-    # the copy): 0 steps, none.
-    config.pretrain = ConfigDict({"num_steps": 0, "examples": 60000, "min_span": 8, "max_span": 40, "seq_len": 512,
-                                  "batch_size": 8, "peak_lr": 1e-2, "final_lr": 1e-3})
+    # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying, the loss on the copy): a
+    # span and its repeat ("span"), or keyed names recalled in a shuffled order ("recall"); 0 steps, none.
+    config.pretrain = ConfigDict({"num_steps": 0, "kind": "span", "examples": 60000, "min_span": 8, "max_span": 40,
+                                  "seq_len": 512, "batch_size": 8, "peak_lr": 1e-2, "final_lr": 1e-3, "lengthen": ()})
 
     # Stage 3: SFT on every completed teacher episode, whole (a row holds one episode).
     config.sft = ConfigDict({"num_steps": 150, "log_every": 10, "eval_every": 150, "checkpoint_every": 50,
@@ -66,7 +66,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                    "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
     config.sft.examples = ConfigDict({"eval_fraction": 0.1, "epsilon": 0.05, "observation_weight": 0.0,
                                       "unresolved": "rise", "select": "all", "fraction": 1.0, "token_budget": 0.0,
-                                      "selection_seed": 0, "synthetic_tasks": 0})
+                                      "selection_seed": 0, "synthetic_tasks": 0, "copy_lessons": 0})
 
     # Stage 4: GRPO, 4 prompts x groups of 4 (the paper's 8 x 8 scaled down), binary reward, no KL, clip 0.2 / 0.28.
     config.rl = ConfigDict({"num_steps": 4, "checkpoint_every": 2, "prompts_per_step": 4, "updates_per_batch": 1,

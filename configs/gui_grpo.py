@@ -59,10 +59,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
-    # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying: span + span, the loss on
-    # the copy): 0 steps, none.
-    config.pretrain = ConfigDict({"num_steps": 0, "examples": 60000, "min_span": 8, "max_span": 40, "seq_len": 512,
-                                  "batch_size": 8, "peak_lr": 1e-2, "final_lr": 1e-3})
+    # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying, the loss on the copy): a
+    # span and its repeat ("span"), or keyed names recalled in a shuffled order ("recall"); 0 steps, none.
+    config.pretrain = ConfigDict({"num_steps": 0, "kind": "span", "examples": 60000, "min_span": 8, "max_span": 40,
+                                  "seq_len": 512, "batch_size": 8, "peak_lr": 1e-2, "final_lr": 1e-3, "lengthen": ()})
 
     # Stage 3: per-turn SFT (each assistant turn its own example, supervised on that turn only). A row holds one
     # example: the harness's system turn (the 13 tool schemas) is ~1,600 tokens of this BPE, a turn ~1,800-2,300.

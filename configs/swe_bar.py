@@ -78,10 +78,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                "param_dtype": "float32", "attention_block": 512, "remat": "none", "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
-    # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying: span + span, the loss on
-    # the copy): 0 steps, none.
-    config.pretrain = ConfigDict({"num_steps": 0, "examples": 60000, "min_span": 8, "max_span": 40, "seq_len": 512,
-                                  "batch_size": 8, "peak_lr": 1e-2, "final_lr": 1e-3})
+    # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying, the loss on the copy): a
+    # span and its repeat ("span"), or keyed names recalled in a shuffled order ("recall"); 0 steps, none.
+    config.pretrain = ConfigDict({"num_steps": 0, "kind": "span", "examples": 60000, "min_span": 8, "max_span": 40,
+                                  "seq_len": 512, "batch_size": 8, "peak_lr": 1e-2, "final_lr": 1e-3, "lengthen": ()})
 
     # Stage 3: credit-assignment SFT, stopped early enough to leave RL rollouts that fail (docs/benchmarks.md). The
     # loss also weighs the tool output the policy is shown, at half an action token's weight (orchard.data.examples).
@@ -93,7 +93,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # budget, 0: none), and what unresolved ones teach: their rise segments (the method), "whole" or "drop".
     config.sft.examples = ConfigDict({"eval_fraction": 0.05, "epsilon": 0.05, "observation_weight": 0.5,
                                       "unresolved": "rise", "select": "all", "fraction": 1.0, "token_budget": 0.0,
-                                      "selection_seed": 0, "synthetic_tasks": 0, "renamings": 0})
+                                      "selection_seed": 0, "synthetic_tasks": 0, "renamings": 0,
+                                      "copy_lessons": 0})
 
     # Stage 4: BAR RL, 14 steps of 8 prompts (about 40 rollouts an update) at a constant 5e-4.
     config.rl = ConfigDict({"num_steps": 14, "checkpoint_every": 2, "prompts_per_step": 8, "updates_per_batch": 1,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchard.data.chat import ChatFormat, make_chat_format
+from orchard.data.copying import write_copy_examples
 from orchard.data.examples import Unresolved, turn_examples, write_examples
 from orchard.data.rise import EPSILON, BugLocationEstimator, annotate
 from orchard.data.selection import Selector, select_trajectories
@@ -63,11 +64,15 @@ class ExamplesConfig:
     # SWE's generated repositories: copies of each teacher run with its repository's names coined anew
     # (orchard.tasks.swe.skills.renamed_runs), so that names are copied, not recalled; 0: none.
     renamings: int = 0
+    # Copying lessons (orchard.data.copying) mixed into the training examples, for a policy trained from scratch:
+    # kept in SFT, the copying that the lessons before it taught is not trained away; 0: none.
+    copy_lessons: int = 0
 
 
 def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
                    trajectories: Sequence[Trajectory] | str | None = None,
-                   group: Callable[[Trajectory], str] | None = None) -> tuple[str, str]:
+                   group: Callable[[Trajectory], str] | None = None,
+                   lessons: tuple[str, int, int] = ("span", 8, 40)) -> tuple[str, str]:
     """Write ``train.jsonl`` and ``eval.jsonl`` examples into ``directory``, and what they hold into
     ``stats.json``; return the two paths.
 
@@ -76,7 +81,9 @@ def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
     only and are the same for every ``unresolved``, ``select``, ``fraction`` and ``token_budget``, so
     the eval loss compares ablation arms. The training side is then selected
     (:func:`~orchard.data.selection.select_trajectories`; ``group`` for the ``diverse`` rule) and, with
-    a token budget, shuffled by ``selection_seed`` and filled to it.
+    a token budget, shuffled by ``selection_seed`` and filled to it. ``config.copy_lessons`` copying lessons
+    of the kind and spans ``lessons`` names (:func:`~orchard.data.copying.write_copy_examples`) follow the
+    training examples (the pipeline shuffles them together).
     """
     if isinstance(trajectories, str):
         trajectories = list(read_trajectories(trajectories))
@@ -90,12 +97,17 @@ def build_examples(config: ExamplesConfig, directory: str, tokenizer: Tokenizer,
         train = seeded_random(config.selection_seed, "token-budget-order").sample(train, len(train))
     paths = os.path.join(directory, "train.jsonl"), os.path.join(directory, "eval.jsonl")
     written = write_examples(train, chat, paths[0], config.observation_weight, config.unresolved, config.token_budget)
+    kind, min_span, max_span = lessons
+    lessons_written = write_copy_examples(paths[0], tokenizer, config.copy_lessons, config.seed, min_span, max_span,
+                                          "sft-copy-lessons", append=True, kind=kind) if config.copy_lessons else 0
     held_written = write_examples(held, chat, paths[1])
-    write_json(os.path.join(directory, "stats.json"), {"train": written.to_dict(), "eval": held_written.to_dict()})
+    write_json(os.path.join(directory, "stats.json"), {"train": {**written.to_dict(), "copy_lessons": lessons_written},
+                                                       "eval": held_written.to_dict()})
     resolved = sum(t.outcome.resolved for t in trajectories)
-    log.info("%d trajectories (%d resolved) -> %d train examples (%d trajectories, %d resolved, %.0f trained tokens) "
-             "and %d eval examples in %s", len(trajectories), resolved, written.examples, written.trajectories,
-             written.resolved, written.trained_tokens, held_written.examples, directory)
+    log.info("%d trajectories (%d resolved) -> %d train examples (%d trajectories, %d resolved, %.0f trained tokens; "
+             "%d copying lessons) and %d eval examples in %s", len(trajectories), resolved, written.examples,
+             written.trajectories, written.resolved, written.trained_tokens, lessons_written, held_written.examples,
+             directory)
     return paths
 
 

@@ -22,7 +22,7 @@ from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from orchard.config import fingerprint, from_config
-from orchard.data.copying import write_copy_examples
+from orchard.data.copying import LESSONS, write_copy_examples
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
 from orchard.eval.metrics import paired_change
@@ -55,13 +55,42 @@ class PretrainConfig:
     The run's SFT settings otherwise (optimiser, mesh, model), at these steps, rows and learning rates."""
 
     num_steps: int = 0
-    examples: int = 60000  # span + span sequences (more than the steps read: each is seen once)
+    kind: str = "span"  # the lessons (orchard.data.copying.LESSONS): a span and its repeat, or items recalled by key
+    examples: int = 60000  # lessons (more than the steps read: each is seen once)
     min_span: int = 8
     max_span: int = 40
     seq_len: int = 512
     batch_size: int = 8
     peak_lr: float = 1e-2
     final_lr: float = 1e-3
+    # Longer lessons after those, each phase (steps, max_span, seq_len) continuing from the one before, its rows
+    # holding the first phase's tokens a step, its learning rate decaying from final_lr to a tenth of it. A fresh
+    # policy given long lessons at once stays on the plateau (the tiny one: 1,100 steps at 8-1,000-token spans);
+    # lengthened in phases it learns them.
+    lengthen: tuple[tuple[int, int, int], ...] = ()
+
+    def phases(self) -> list[LessonPhase]:
+        """The phases of lessons in order: the first (``num_steps`` ...), then :attr:`lengthen`'s."""
+        first = LessonPhase(self.num_steps, self.max_span, self.seq_len, self.batch_size, self.peak_lr, self.final_lr,
+                            self.examples)
+        tokens = self.seq_len * self.batch_size
+        return [first, *(LessonPhase(steps, span, seq_len, max(1, tokens // seq_len), self.final_lr, self.final_lr / 10,
+                                     max(1, steps * tokens // (self.min_span + span)))
+                         for steps, span, seq_len in self.lengthen)]
+
+
+@dataclass(frozen=True)
+class LessonPhase:
+    """One phase of copying lessons: steps, the longest span, rows, learning rates, and how many lessons it draws
+    (a lengthening phase: about as many as its steps read)."""
+
+    num_steps: int
+    max_span: int
+    seq_len: int
+    batch_size: int
+    peak_lr: float
+    final_lr: float
+    examples: int
 
 
 @dataclass(frozen=True)
@@ -194,26 +223,37 @@ def trained_policy(config: SharedStages, directory: str, mesh: Mesh | None = Non
 
 def pretrain_stage(config: SharedStages, workdir: str, tokenizer: Tokenizer, tokenizer_made: Made,
                    rerun: bool) -> Made:
-    """Copying lessons (``config.pretrain``) for the fresh policy ``config.model`` describes: examples in
-    ``pretrain_data/``, training in ``pretrain/``; the returned directory holds the policy and its tokenizer."""
+    """Copying lessons (``config.pretrain``) for the fresh policy ``config.model`` describes: each phase's examples
+    in ``pretrain_data/`` (``pretrain_data_2/``...), its training in ``pretrain/`` (``pretrain_2/``...), from the
+    policy the phase before it trained; the returned directory holds the last policy and its tokenizer."""
     lessons = config.pretrain
-    data = Stage(os.path.join(workdir, "pretrain_data"), "pretrain_data", lessons, {"tokenizer": tokenizer_made.made_by,
-                                                                                     "seed": str(config.seed)})
-    if data.open(rerun) != "done":
-        written = write_copy_examples(os.path.join(data.directory, "train.jsonl"), tokenizer, lessons.examples,
-                                      config.seed, lessons.min_span, lessons.max_span)
-        data.finish({"examples": written})
-    steps = lessons.num_steps
-    training = replace(config.sft, num_steps=steps, seq_len=lessons.seq_len, batch_size=lessons.batch_size,
-                       grad_accum=1, eval_every=steps, checkpoint_every=steps, log_every=max(1, steps // 20),
-                       optim=replace(config.sft.optim, peak_lr=lessons.peak_lr, final_lr=lessons.final_lr))
-    directory = os.path.join(workdir, "pretrain")
-    train_and_evaluate(training, directory, examples=os.path.join(data.directory, "train.jsonl"),
-                       vocab_size=tokenizer.vocab_size, inputs={"examples": data.fingerprint}, rerun=rerun)
-    model_dir = os.path.join(directory, "model")
-    if not os.path.exists(os.path.join(model_dir, "tokenizer.json")):
-        tokenizer.save_pretrained(model_dir)
-    return Made(model_dir, made_by(directory))
+    made: Made | None = None
+    for index, phase in enumerate(lessons.phases()):
+        suffix = f"_{index + 1}" if index else ""
+        drawn = {"kind": lessons.kind, "examples": phase.examples, "min_span": lessons.min_span,
+                 "max_span": phase.max_span}
+        data = Stage(os.path.join(workdir, "pretrain_data" + suffix), "pretrain_data", drawn,
+                     {"tokenizer": tokenizer_made.made_by, "seed": str(config.seed)})
+        if data.open(rerun) != "done":
+            written = write_copy_examples(os.path.join(data.directory, "train.jsonl"), tokenizer, phase.examples,
+                                          config.seed, lessons.min_span, phase.max_span, f"copy-examples{suffix}",
+                                          kind=lessons.kind)
+            data.finish({"examples": written})
+        steps = phase.num_steps
+        training = replace(config.sft, num_steps=steps, seq_len=phase.seq_len, batch_size=phase.batch_size,
+                           grad_accum=1, eval_every=steps, checkpoint_every=steps, log_every=max(1, steps // 20),
+                           optim=replace(config.sft.optim, peak_lr=phase.peak_lr, final_lr=phase.final_lr),
+                           model=config.sft.model if made is None else replace(config.sft.model, path=made.directory))
+        directory = os.path.join(workdir, "pretrain" + suffix)
+        train_and_evaluate(training, directory, examples=os.path.join(data.directory, "train.jsonl"),
+                           vocab_size=tokenizer.vocab_size, rerun=rerun,
+                           inputs={"examples": data.fingerprint, **({"start": made.made_by} if made else {})})
+        model_dir = os.path.join(directory, "model")
+        if not os.path.exists(os.path.join(model_dir, "tokenizer.json")):
+            tokenizer.save_pretrained(model_dir)
+        made = Made(model_dir, made_by(directory))
+    assert made is not None  # phases() holds the first phase at least
+    return made
 
 
 def starting_from(config: Any, policy: str) -> Any:
@@ -252,10 +292,15 @@ def text_sft_stage(config: SharedStages, workdir: str, examples: ExamplesConfig,
     (:func:`~orchard.recipes.sft_data.build_examples`; ``group``: a trajectory's group for the ``diverse``
     selection rule)."""
 
+    pretrain = config.pretrain
+    lessons = pretrain.kind, pretrain.min_span, pretrain.phases()[-1].max_span  # as the last phase draws them
+
     def write(directory: str) -> dict[str, Any]:
-        build_examples(examples, directory, tokenizer, list(trajectories), group)
+        build_examples(examples, directory, tokenizer, list(trajectories), group, lessons=lessons)
         return read_json(os.path.join(directory, "stats.json"))["train"]
 
+    if examples.copy_lessons:  # the lessons kept in SFT are drawn as the pretrain block's last phase draws them
+        inputs = {**inputs, "lessons": fingerprint(list(lessons))}
     return sft_stage(config, workdir, examples, write, tokenizer_dir, inputs, rerun)
 
 
@@ -279,11 +324,17 @@ def pretrain_problems(config: Any) -> list[str]:
     if lessons.num_steps and config.model.path:
         problems.append(f"pretrain teaches a policy trained from scratch; model.path ({config.model.path}) is "
                         "already trained: set pretrain.num_steps = 0")
+    if lessons.num_steps and lessons.kind not in LESSONS:
+        problems.append(f"pretrain.kind {lessons.kind!r}: one of {', '.join(LESSONS)}")
     if lessons.num_steps and not 1 <= lessons.min_span <= lessons.max_span:
         problems.append(f"pretrain spans need 1 <= min_span <= max_span, got {lessons.min_span} and {lessons.max_span}")
     if lessons.num_steps and 2 * lessons.max_span > lessons.seq_len + 1:
         problems.append(f"pretrain.seq_len ({lessons.seq_len}) cannot hold a span and its copy "
                         f"(2 x max_span = {2 * lessons.max_span} tokens)")
+    for steps, span, seq_len in lessons.lengthen if lessons.num_steps else ():
+        if steps < 1 or span < lessons.min_span or 2 * span > seq_len + 1:
+            problems.append(f"pretrain.lengthen phase ({steps}, {span}, {seq_len}) needs steps >= 1, max_span >= "
+                            f"min_span ({lessons.min_span}) and rows that hold a span and its copy (2 x max_span)")
     return problems
 
 

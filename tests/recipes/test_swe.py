@@ -128,11 +128,12 @@ def test_the_check_names_each_problem():
 
 def test_copying_lessons_and_renamings_are_checked():
     config = get_config("tiny")
-    config.pretrain.update({"num_steps": 10, "max_span": 300})
+    config.pretrain.update({"num_steps": 10, "max_span": 300, "kind": "echo"})
     config.model.path = "checkpoints/trained"
     problems = "\n".join(SWE.check_config(config))
     assert "model.path (checkpoints/trained) is already trained" in problems
     assert "pretrain.seq_len (512) cannot hold a span and its copy" in problems
+    assert "pretrain.kind 'echo': one of span, recall" in problems
     config.pretrain.num_steps = 0  # no lessons: nothing of theirs is checked
     assert SWE.check_config(config) == []
     config.sft.examples.renamings = 2  # opkit's names are not generated

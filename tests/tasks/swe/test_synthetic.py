@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,28 @@ def test_sft_data_splits_by_task(tmp_path):
     assert all(len(e["token_ids"]) == len(e["loss_mask"]) and 0 < sum(e["loss_mask"]) < len(e["loss_mask"])
                for e in train_examples + eval_examples)
     assert len(synthetic_trajectories(3, seed=0, epsilon=0.05)) == 6
+
+
+def test_copying_lessons_join_the_training_examples_only(tmp_path):
+    """``copy_lessons`` appends that many span + span lessons to the training file, counts them, and leaves the
+    trajectories' examples and the eval file as they were."""
+    from orchard.data.copying import word_pieces
+    from orchard.data.tokenizer import Tokenizer
+    from orchard.models.shipped import smollm2_gguf
+    from orchard.recipes.sft_data import ExamplesConfig, build_examples
+
+    tokenizer = Tokenizer.from_gguf(smollm2_gguf())
+    paths = {lessons: build_examples(ExamplesConfig(synthetic_tasks=8, eval_fraction=0.25, copy_lessons=lessons),
+                                     str(tmp_path / str(lessons)), tokenizer) for lessons in (0, 5)}
+    plain, mixed = ([json.loads(line) for line in Path(paths[n][0]).read_text().splitlines()] for n in (0, 5))
+    assert mixed[:len(plain)] == plain and len(mixed) == len(plain) + 5
+    pieces = set(word_pieces(tokenizer))
+    for lesson in mixed[len(plain):]:
+        half = len(lesson["token_ids"]) // 2
+        assert lesson["token_ids"][:half] == lesson["token_ids"][half:] and set(lesson["token_ids"]) <= pieces
+    assert Path(paths[0][1]).read_text() == Path(paths[5][1]).read_text()
+    stats = json.loads((tmp_path / "5" / "stats.json").read_text())["train"]
+    assert stats["copy_lessons"] == 5 and stats["examples"] == len(plain)
 
 
 def test_the_ablation_arms_change_what_failed_runs_teach_and_nothing_else(tmp_path):
