@@ -284,3 +284,37 @@ def test_localisation_rates_say_how_far_episodes_got():
         episode("ls")], {instance.instance_id: instance})
     assert rates == {"first_action_names_failing_test": 1 / 3, "names_buggy_file": 1 / 3,
                      "names_buggy_function": 2 / 3}
+
+
+def test_the_copy_probe_renames_resolved_generated_runs_past_sfts_copies(tmp_path):
+    """The probe scores renamed copies (copy index sft.examples.renamings, which no SFT row holds) of resolved runs
+    on generated repositories only, and finds the new names' pieces among their copyable action tokens."""
+    from orchard.data.tokenizer import Tokenizer
+    from orchard.data.trajectory import Message
+    from orchard.recipes.swe import copy_probe
+    from orchard.tasks.swe.procedural import repository_nouns
+    from orchard.tasks.swe.skills import procedural_specs
+
+    config = get_config("skills")
+    config.sft.examples.renamings = 3
+    settings = swe_config(config)
+    spec = procedural_specs(settings.tasks.procedural, settings.seed)["train"][0]
+    nouns = repository_nouns(spec)
+    helper, test = f"fold_{nouns[0]}", f"tests/test_{nouns[1]}s.py"
+
+    def run(task_id: str, resolved: bool) -> Trajectory:
+        return Trajectory(task_id=task_id, outcome=Outcome(reward=1.0 if resolved else -1.0, resolved=resolved),
+                          messages=[Message(role="user", content=f"Fix `{helper}`: {test} fails"),
+                                    Message(role="assistant", content=f"```bash\ngrep -rn 'def {helper}' src\n```"),
+                                    Message(role="user", content=f"src/{spec.name}/x.py:3:def {helper}(a):"),
+                                    Message(role="assistant", content=f"```bash\nsed -n 3p src/{spec.name}/x.py\n```")])
+
+    runs = [run(f"{spec.name}__swap_operator-1", True), run(f"{spec.name}__off_by_one-2", False),
+            run("opkit__swap_operator-3", True)]  # an unresolved run and a shipped repository's: not probed
+    tokenizer = Tokenizer.train(["\n".join(m.content for m in r.messages) for r in runs] * 4, 400)
+    directory = str(tmp_path / "policy")
+    save_pretrained(Transformer(ModelConfig.tiny(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0)), directory)
+    tokenizer.save_pretrained(directory)
+    probe = copy_probe(settings, directory, runs, tokenizer)
+    assert probe.counts["actions"] > probe.counts["copyable"] >= probe.counts["novel"] > 0
+    assert all(0.0 <= value <= 1.0 for value in (probe.actions, probe.copyable, probe.novel))

@@ -205,9 +205,10 @@ def split_by_skill(instances: Sequence[SWEInstance], config: ProceduralConfig, s
 
 
 def renamed_runs(trajectories: Sequence[Trajectory], config: ProceduralConfig, seed: int,
-                 copies: int) -> list[Trajectory]:
+                 copies: int, first: int = 0) -> list[Trajectory]:
     """``copies`` renamings of every teacher run on a training repository: its nouns and its package name
-    replaced, throughout the run (task, commands, outputs), by coined ones drawn for that copy.
+    replaced, throughout the run (task, commands, outputs), by coined ones drawn for that copy (copy indices
+    ``first`` on: SFT's copies start at 0, the copy probe's after them).
 
     A policy trained on a few dozen repositories can fix a bug by recalling the names it has seen
     there; in a renamed copy the names are new, and only copying them from what the run has read so
@@ -220,7 +221,7 @@ def renamed_runs(trajectories: Sequence[Trajectory], config: ProceduralConfig, s
             continue
         nouns = repository_nouns(spec)
         number = spec.name.rsplit("kit", 1)[-1]
-        for copy in range(copies):
+        for copy in range(first, first + copies):
             rng = seeded_random(seed, "sft-renaming", run.id, copy)
             mapping = renaming(nouns, rng)
             mapping[spec.name] = renaming([spec.name], rng, avoid=mapping.values())[spec.name] + f"kit{number}"

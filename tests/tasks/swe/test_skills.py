@@ -129,3 +129,5 @@ def test_renamed_runs_hold_none_of_their_repositorys_names_and_keep_their_task()
         assert text.count(helper_now) == 3  # the same new name wherever the old one was
     assert texts[0] != texts[1]  # each copy its own names
     assert renamed_runs([run], CONFIG, 0, copies=2) == copies  # seeded
+    later = renamed_runs([run], CONFIG, 0, copies=1, first=1)  # copy indices from `first`: the second copy
+    assert [c.messages for c in later] == [copies[1].messages] and later[0].id.endswith("renamed1")
