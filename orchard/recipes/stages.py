@@ -324,9 +324,11 @@ def pretrain_problems(config: Any) -> list[str]:
     if lessons.num_steps and config.model.path:
         problems.append(f"pretrain teaches a policy trained from scratch; model.path ({config.model.path}) is "
                         "already trained: set pretrain.num_steps = 0")
-    if lessons.num_steps and lessons.kind not in LESSONS:
+    # Lessons kept in SFT (sft.examples.copy_lessons) are drawn as this block says, with or without steps here.
+    drawn = lessons.num_steps or getattr(getattr(config, "examples", None), "copy_lessons", 0)
+    if drawn and lessons.kind not in LESSONS:
         problems.append(f"pretrain.kind {lessons.kind!r}: one of {', '.join(LESSONS)}")
-    if lessons.num_steps and not 1 <= lessons.min_span <= lessons.max_span:
+    if drawn and not 1 <= lessons.min_span <= lessons.max_span:
         problems.append(f"pretrain spans need 1 <= min_span <= max_span, got {lessons.min_span} and {lessons.max_span}")
     if lessons.num_steps and 2 * lessons.max_span > lessons.seq_len + 1:
         problems.append(f"pretrain.seq_len ({lessons.seq_len}) cannot hold a span and its copy "

@@ -136,6 +136,9 @@ def test_copying_lessons_and_renamings_are_checked():
     assert "pretrain.kind 'echo': one of span, recall" in problems
     config.pretrain.num_steps = 0  # no lessons: nothing of theirs is checked
     assert SWE.check_config(config) == []
+    config.sft.examples.copy_lessons = 10  # lessons kept in SFT are drawn as the pretrain block says: checked too
+    assert "pretrain.kind 'echo': one of span, recall" in "\n".join(SWE.check_config(config))
+    config.pretrain.kind, config.sft.examples.copy_lessons = "span", 0
     config.sft.examples.renamings = 2  # opkit's names are not generated
     assert "sft.examples.renamings renames generated repositories" in "\n".join(SWE.check_config(config))
 
