@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 from flax import nnx
 
 from orchard.models import from_pretrained
-from orchard.rollout.batching import ContinuousBatcher
+from orchard.rollout.batching import ContinuousBatcher, _decode_chunk
 from orchard.rollout.sampler import Sampler, collect
 from orchard.rollout.types import SamplingParams
 
@@ -86,6 +87,15 @@ def test_sampled_tokens_do_not_depend_on_what_shares_the_batch(model, batcher):
     assert alone[0].token_ids != alone[1].token_ids  # the request's two rows sample independently
     other_seed = collect(batcher.stream([mine], SamplingParams(max_tokens=10, temperature=1.0, seed=8)), 1)[0]
     assert other_seed.token_ids != alone[0].token_ids
+
+
+def test_short_requests_share_one_capacity_so_the_decode_loop_compiles_once(model, batcher):
+    """Every request that fits ``min_slots`` (here the fixture's context of 64) decodes in a batch of the same shape, so a server answering short
+    requests of many lengths compiles its decode loop once, not once per length bucket."""
+    before = _decode_chunk._cache_size()
+    for length, max_tokens in ((3, 10), (20, 20), (9, 30), (30, 30)):  # the fixture holds 64
+        collect(batcher.stream(prompts(model, (length,)), replace(GREEDY, max_tokens=max_tokens)), 1)
+    assert _decode_chunk._cache_size() - before <= 1
 
 
 def test_stop_tokens_alternatives_and_each_rows_own_budget(model, batcher):
