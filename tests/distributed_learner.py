@@ -22,7 +22,11 @@ import sys
 
 
 def main(workdir: str, local_devices: int) -> None:
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+    # This process's device count, with the suite's LLVM flags (faster compiling) kept; not its choice of XLA's
+    # older emitter, whose fusions reduce in another order in one process than in two.
+    kept = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+            if "device_count" not in flag and "fusion_emitters" not in flag]
+    os.environ["XLA_FLAGS"] = " ".join([*kept, f"--xla_force_host_platform_device_count={local_devices}"])
     os.environ["JAX_PLATFORMS"] = "cpu"
     from orchard import distributed
 

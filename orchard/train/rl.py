@@ -549,6 +549,8 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
                 break
     else:
         async with contextlib.AsyncExitStack() as stack:
+            if (aclose := getattr(engine, "aclose", None)) is not None:  # its pools opened on this loop
+                stack.push_async_callback(aclose)
             if setups is None:
                 setups = await stack.enter_async_context(SetupCache(client))
             runner = config.rollout.runner(client, harness, make_policy(config, engine, chat_format, images=images),
