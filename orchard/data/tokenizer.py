@@ -114,9 +114,9 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, path: str) -> Tokenizer:
         """Build a byte-level BPE tokenizer from GGUF metadata (``tokenizer.ggml.model == "gpt2"``)."""
-        import gguf
+        from orchard.models.gguf import read_gguf
 
-        fields = gguf.GGUFReader(path).fields
+        fields = read_gguf(path).fields
 
         def field(key: str):
             return fields[key].contents() if key in fields else None
