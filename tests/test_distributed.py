@@ -151,3 +151,4 @@ def test_two_learner_processes_train_as_one_and_resume_exactly_after_both_are_ki
     for name in reference:
         np.testing.assert_allclose(spread[name], reference[name], rtol=1e-4, atol=1e-6, err_msg=name)
     assert {"v1", "v2"} <= set(os.listdir(os.path.join(killed, "weights")))  # each update was served
+    assert "Unclosed" not in _log(single)  # RL closed the engine's connection pools
