@@ -90,10 +90,11 @@ def test_sampled_tokens_do_not_depend_on_what_shares_the_batch(model, batcher):
 
 
 def test_short_requests_share_one_capacity_so_the_decode_loop_compiles_once(model, batcher):
-    """Every request that fits ``min_slots`` (here the fixture's context of 64) decodes in a batch of the same shape, so a server answering short
-    requests of many lengths compiles its decode loop once, not once per length bucket."""
+    """Every request that fits ``min_slots`` (here the fixture's whole context of 64) decodes in a batch of the
+    same shape, so a server answering short requests of many lengths compiles its decode loop once, not once
+    per length bucket."""
     before = _decode_chunk._cache_size()
-    for length, max_tokens in ((3, 10), (20, 20), (9, 30), (30, 30)):  # the fixture holds 64
+    for length, max_tokens in ((3, 10), (20, 20), (9, 30), (30, 30)):
         collect(batcher.stream(prompts(model, (length,)), replace(GREEDY, max_tokens=max_tokens)), 1)
     assert _decode_chunk._cache_size() - before <= 1
 
@@ -146,3 +147,5 @@ def test_bad_requests_are_clear_errors(model, batcher):
                        lambda _: None)
     with pytest.raises(ValueError, match="at least one token"):
         batcher.submit([[]], GREEDY, lambda _: None)
+    with pytest.raises(ValueError, match="min_slots must be at least 1"):
+        ContinuousBatcher(Sampler(model), min_slots=0)
