@@ -65,7 +65,20 @@ def read_gguf(path: str) -> Any:
 def _parsed_gguf(path: str, mtime_ns: int, size: int) -> Any:
     import gguf  # optional dependency: only GGUF loading needs it
 
-    return gguf.GGUFReader(path)
+    class PlainViewReader(gguf.GGUFReader):
+        """The reader over a plain ``ndarray`` view of its memory map: the same mapped pages, but slicing it
+        skips ``np.memmap.__array_finalize__``, which the parse calls once per field part (1.2 million times
+        for SmolLM2's vocabulary: 3.9 s of its 4.4 s load, 0.4 s after)."""
+
+        @property
+        def data(self) -> np.ndarray:
+            return self._data
+
+        @data.setter
+        def data(self, mapped: np.ndarray) -> None:
+            self._data = mapped.view(np.ndarray)
+
+    return PlainViewReader(path)
 
 
 class GGUFCheckpoint:
