@@ -17,7 +17,9 @@ TEST_EXTRAS := env,train,swe,gui,claw,redis,bundle,k8s,dev
 PYTEST_ARGS ?=
 # The suite runs on two workers, a test file each at a time (its module fixtures stay in one worker): many
 # tests wait on servers, sandboxes, browsers and subprocesses, so two workers share two cores well (tests/tasks
-# and tests/rollout: 392 s on one worker, 319 s on two). PYTEST_WORKERS=0 runs it in this process.
+# and tests/rollout: 392 s on one worker, 319 s on two). PYTEST_WORKERS=0 runs it in this process. Files that share
+# a smoke workdir run in one worker, longest first (tests/conftest.py: pytest-xdist's own reordering by test count
+# ran the one-test notebooks last).
 PYTEST_WORKERS ?= 2
 
 .PHONY: run test lint bench system-deps run-deps test-deps clean
@@ -87,7 +89,7 @@ TEST_ENV := ORCHARD_NOTEBOOK_SMALL=1 JAX_COMPILATION_CACHE_DIR=$(CURDIR)/.cache/
 test: test-deps $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) tests/fixtures/chat/qwen3_tokenizer.py
-	$(TEST_ENV) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS) --nbmake tests notebooks
+	$(TEST_ENV) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) --nbmake tests notebooks
 
 # google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own; so does
 # LiteLLM's proxy (its extra pins other FastAPI and uvicorn, and from 1.85 needs a package the registry lacks),

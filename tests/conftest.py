@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 
 # Sharding tests need several devices: 8 fake CPU devices, set before JAX is first imported.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -37,10 +39,38 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest files first: the notebooks, then every file with a ``slow`` test, then the rest, each in
-    collection order. pytest-xdist hands out files in this order, so the two workers finish together instead of
-    one running a notebook alone at the end (the order is the same in every worker: it depends on the items only)."""
+    collection order. pytest-xdist hands out files in this order with ``--no-loadscope-reorder``, as ``make test``
+    runs it (by default it orders them by their number of tests, which put the one-test notebooks last), so the
+    two workers finish together instead of one running a notebook alone at the end (the order is the same in
+    every worker: it depends on the items only)."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: 0 if item.path.suffix == ".ipynb" else 1 if item.path in slow else 2)
+
+
+@functools.cache
+def shared_smoke_workdir(path: str) -> str | None:
+    """The shared smoke workdir a test file or notebook (a path from the repository root) runs in, if any."""
+    try:
+        text = (REPOSITORY / path).read_text(errors="replace")
+    except OSError:
+        return None
+    return next((name for name in SHARED_SMOKE_WORKDIRS if re.search(rf"(?<!\w){name}(?!\w)", text)), None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> object | None:
+    """``--dist loadfile``, except that the files sharing a smoke workdir are one unit of work: they run in one
+    worker, one after the other, so the later ones find the shared stages made instead of waiting, a core idle,
+    on the locks of a worker still making them."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedWorkdirScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return shared_smoke_workdir(path) or path
+
+    return SharedWorkdirScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
