@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from ml_collections import ConfigDict
 
-from orchard.models.config import ModelConfig
+from orchard.models.config import CPU_ATTENTION_BLOCK, ModelConfig
 
 
 def get_config(arg: str | None = None) -> ConfigDict:
@@ -50,7 +50,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # The policy: the tiny Llama-style model from scratch. A teacher episode is 1,300-5,000 tokens of the BPE
     # (the ReAct harness's tool schemas ~900 of them), so positions reach 8K.
     config.model = ConfigDict({"path": "", "init": {**ModelConfig.preset_fields("tiny"), "max_position_embeddings": 8192},
-                               "dtype": "float32", "param_dtype": "float32", "attention_block": 512, "remat": "none",
+                               "dtype": "float32", "param_dtype": "float32", "attention_block": CPU_ATTENTION_BLOCK, "remat": "none",
                                "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
@@ -107,7 +107,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
         # bfloat16 parameters and compute, AdamW on a float32 master copy (orchard.train.state.with_master_weights)
         config.model.update({"path": "checkpoints/qwen3-30b-a3b-thinking", "dtype": "bfloat16",
                              "param_dtype": "bfloat16"})
-        config.model.update({"init": ModelConfig.preset_fields("qwen3_30b_a3b"), "remat": "layer"})  # the shape it holds
+        config.model.update({"init": ModelConfig.preset_fields("qwen3_30b_a3b"), "remat": "layer",  # the shape it holds
+                             "attention_block": 512})
         # 32 rows a step as 2 micro-batches of 16: one 64K-token row a data-parallel group (the mesh below)
         config.sft.update({"num_steps": 400, "seq_len": 65536, "batch_size": 16, "grad_accum": 2})
         config.sft.optim.update({"peak_lr": 1e-5, "final_lr": 1e-6, "master_dtype": "float32"})

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from ml_collections import ConfigDict
 
-from orchard.models.config import ModelConfig
+from orchard.models.config import CPU_ATTENTION_BLOCK, ModelConfig
 
 
 def get_config(arg: str | None = None) -> ConfigDict:
@@ -75,7 +75,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # The policy: a fresh tiny model (its vocabulary from the tokenizer), or `path`. The output layer over SmolLM2's
     # 49K vocabulary would be 97% of its compute, hence the trained 2K BPE.
     config.model = ConfigDict({"path": "", "init": ModelConfig.preset_fields("tiny"), "dtype": "float32",
-                               "param_dtype": "float32", "attention_block": 512, "remat": "none", "logits_chunk": 1024})
+                               "param_dtype": "float32", "attention_block": CPU_ATTENTION_BLOCK, "remat": "none",
+                               "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
     # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying, the loss on the copy): a
@@ -152,7 +153,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.tokenizer.update({"path": "Qwen/Qwen3-30B-A3B", "train_vocab": 0})
         # bfloat16 parameters and compute, AdamW on a float32 master copy (orchard.train.state.with_master_weights)
         config.model.update({"path": "checkpoints/qwen3_30b_a3b_sft", "dtype": "bfloat16", "param_dtype": "bfloat16"})
-        config.model.update({"init": ModelConfig.preset_fields("qwen3_30b_a3b"), "remat": "layer"})  # the shape it holds
+        config.model.update({"init": ModelConfig.preset_fields("qwen3_30b_a3b"), "remat": "layer",  # the shape it holds
+                             "attention_block": 512})
         config.sft.num_steps = 0
         config.rl.update({"num_steps": 150, "checkpoint_every": 10, "prompts_per_step": 16, "rows": 16 * 16,
                           "micro_rows": 16, "seq_len": 65536})

@@ -24,6 +24,14 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# The attention block of the CPU defaults' tiny models (the recipes' configs; accelerator variants keep 512).
+# On the 2-core CPU a tiny model's (width 64, 4 heads of 16) training pass, forward and backward, over 4 rows
+# of 2,688 tokens took 1.33 s in blocks of 128 against 2.59 s in blocks of 512 and 1.64 s dense, and over 2
+# rows of 6,208 tokens 3.19 s against 5.37 s; compiling it took a third less (a 128 x 128 block's scores stay
+# in the core's cache).
+CPU_ATTENTION_BLOCK = 128
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     model_type: str
