@@ -43,6 +43,7 @@ class SandboxManager:
         self.agents = AgentPool()
         self._records: dict[str, SandboxRecord] = {}  # hot-path cache; the store stays authoritative
         self._reaper: asyncio.Task | None = None
+        self._stopping = False
         # Sandboxes starting at once. Past the point where the CPUs are busy, more only slow every
         # start down (a thousand at once all miss READY_TIMEOUT); the rest wait their turn here. A
         # backend whose sandboxes start elsewhere (Kubernetes: on other nodes) sets its own limit.
@@ -269,8 +270,10 @@ class SandboxManager:
 
     def start_reaper(self) -> None:
         async def loop() -> None:
-            while True:
+            while not self._stopping:
                 await asyncio.sleep(self.reap_interval)
+                if self._stopping:
+                    break
                 try:
                     await self.reap_once()
                 except Exception:
@@ -279,6 +282,10 @@ class SandboxManager:
         self._reaper = asyncio.create_task(loop())
 
     async def shutdown(self) -> None:
+        # Not only cancel(): redis-py's asyncio client can swallow a cancellation that lands mid-command
+        # (redis/redis-py#2028), and the reaper, never told to stop, held a shared-store orchestrator's
+        # SIGTERM until it was killed 30 s later. The pass in flight finishes; no other starts.
+        self._stopping = True
         if self._reaper is not None:
             self._reaper.cancel()
             await asyncio.gather(self._reaper, return_exceptions=True)

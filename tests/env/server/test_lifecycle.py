@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -12,6 +13,9 @@ import pytest
 from orchard.env import InvalidRequest, SandboxNotFound, local_server
 from orchard.env.api import SandboxSpec
 from orchard.env.backends.local import LocalBackend
+from orchard.env.server.lifecycle import SandboxManager
+from orchard.env.server.metrics import Metrics
+from orchard.env.store import MemoryStore
 from tests.conftest import process_alive, require_root, wait_until
 
 
@@ -178,6 +182,44 @@ def test_replicas_share_sandboxes_through_redis_and_survive_a_crash(redis_url, t
     finally:
         replica_a.stop()
         replica_b.stop()
+
+
+def test_shutdown_stops_a_reaper_whose_store_swallowed_the_cancellation():
+    """redis-py's asyncio client can swallow a task's cancellation that lands mid-command
+    (redis/redis-py#2028): the reaper then ran on, and a shared-store orchestrator's SIGTERM waited for
+    it until the process was killed (30 s in the replica test above, one run in two)."""
+    in_pass = asyncio.Event()
+
+    class SwallowingStore(MemoryStore):
+        shared = True
+
+        async def list(self):
+            in_pass.set()
+            with contextlib.suppress(asyncio.CancelledError):  # as redis-py's client does mid-command
+                await asyncio.sleep(0.05)
+            return await super().list()
+
+    class NoSandboxes:
+        name = "none"
+
+        async def list(self) -> set[str]:
+            return set()
+
+        async def close(self) -> None:
+            pass
+
+    async def stops() -> bool:
+        manager = SandboxManager(NoSandboxes(), SwallowingStore(), Metrics(), reap_interval=0.001)
+        manager.start_reaper()
+        await in_pass.wait()  # the cancellation lands inside the store's call
+        done, _ = await asyncio.wait({asyncio.ensure_future(manager.shutdown())}, timeout=10)
+        return bool(done)
+
+    loop = asyncio.new_event_loop()  # closed without waiting on a reaper that would never end
+    try:
+        assert loop.run_until_complete(stops()), "the orchestrator's shutdown waited on a reaper that ran on"
+    finally:
+        loop.close()
 
 
 def test_execs_are_serialised_across_replicas(redis_url, tmp_path):
