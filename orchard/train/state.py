@@ -162,15 +162,39 @@ def frozen_labels(params: Any, prefixes: tuple[str, ...]) -> Any:
 
 
 def init_state(model: Transformer, optimizer: optax.GradientTransformation, mesh: Mesh) -> tuple[Any, TrainState]:
-    """Split ``model`` into its graph definition and a sharded :class:`TrainState`."""
+    """Split ``model`` into its graph definition and a sharded :class:`TrainState`, placed as the
+    training step returns it, so that the first and later steps share one compiled program: each
+    parameter by its logical axes, each optimizer leaf that mirrors a parameter (AdamW's moments, a
+    master copy) as that parameter, scalars (step counts) replicated, every sharding spelt as the
+    compiler spells an output's (``P('fsdp', None)`` is ``P('fsdp')``). Placed otherwise (the moments
+    replicated, as ``jax.jit(optimizer.init)`` returns them), every run compiled its step twice, and
+    the moments sat whole on every device until the first step."""
     graphdef, params = nnx.split(model, nnx.Param)
-    params = jax.device_put(params, param_shardings(model, mesh))
+    shardings = jax.tree.map(_output_spelling, param_shardings(model, mesh))
+    params = jax.device_put(params, shardings)
     replicated = NamedSharding(mesh, PartitionSpec())
-    # Moments follow their parameters; scalars (step counts) are placed on the mesh too, as the step
-    # returns them, so the first and later steps share one compiled program.
-    opt_state = jax.tree.map(lambda x: x if isinstance(x.sharding, NamedSharding) else jax.device_put(x, replicated),
-                             jax.jit(optimizer.init)(params))
+    by_path = {path: (leaf.shape, sharding) for (path, leaf), sharding in
+               zip(jax.tree_util.tree_leaves_with_path(params), jax.tree.leaves(shardings), strict=True)}
+
+    def follow(path: tuple, leaf: jax.ShapeDtypeStruct) -> NamedSharding:
+        """A parameter's sharding for a leaf whose path ends with that parameter's, of its shape."""
+        for start in range(len(path)):
+            shape, sharding = by_path.get(path[start:], (None, None))
+            if shape == leaf.shape:
+                return sharding
+        return replicated
+
+    opt_shardings = jax.tree_util.tree_map_with_path(follow, jax.eval_shape(optimizer.init, params))
+    opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(params)
     return graphdef, TrainState(jax.device_put(jnp.zeros((), jnp.int32), replicated), params, opt_state)
+
+
+def _output_spelling(sharding: NamedSharding) -> NamedSharding:
+    """``sharding`` without trailing unsharded axes, as a compiled program spells its outputs'."""
+    spec = list(sharding.spec)
+    while spec and spec[-1] is None:
+        spec.pop()
+    return NamedSharding(sharding.mesh, PartitionSpec(*spec))
 
 
 def target_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:

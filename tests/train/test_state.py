@@ -9,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from orchard.models import ModelConfig, Transformer, VisionLanguageModel, VLMConfig
 from orchard.models.pixels import ImageProcessing, patchify
@@ -228,3 +229,32 @@ def test_the_master_copy_is_sharded_like_its_parameters_and_checkpointed(tmp_pat
     resumed, _ = step(restored, {"tokens": tokens})
     for a, b in zip(jax.tree.leaves(ahead), jax.tree.leaves(resumed), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize(("fsdp", "tp", "master_dtype"), [(1, 1, ""), (4, 2, "float32")])
+def test_the_first_and_later_steps_share_one_compiled_program(fsdp, tp, master_dtype, tmp_path):
+    """The state starts placed as the step returns it (the moments and master copy as their
+    parameters): before, every run compiled its step twice, the second time for the first step's output."""
+    cfg = ModelConfig.tiny(vocab_size=64, param_dtype="bfloat16" if master_dtype else "float32")
+    optimizer, schedule = make_optimizer(OptimConfig(peak_lr=1e-3, master_dtype=master_dtype), 4)
+    graphdef, state = init_state(Transformer(cfg, rngs=nnx.Rngs(0)), optimizer, make_mesh(fsdp, tp))
+    shardings = {path: leaf.sharding for path, leaf in jax.tree_util.tree_leaves_with_path(state.params)}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state.opt_state):
+        mirrored = [s for p, s in shardings.items() if path[-len(p):] == p]
+        assert leaf.sharding == (mirrored[0] if mirrored else NamedSharding(leaf.sharding.mesh, PartitionSpec()))
+
+    def loss_fn(graphdef, params, batch):
+        logits = nnx.merge(graphdef, params)(batch["tokens"])
+        nll = -target_logprobs(logits[:, :-1].astype(jnp.float32), batch["tokens"][:, 1:])
+        return jnp.sum(nll), jnp.asarray(nll.size, jnp.float32)
+
+    step = make_train_step(graphdef, optimizer, schedule, loss_fn)
+    batch = {"tokens": jnp.asarray(np.random.default_rng(0).integers(0, 64, (1, 8, 12)), jnp.int32)}
+    state, _ = step(state, batch)
+    state, _ = step(state, batch)
+    checkpointer = Checkpointer(str(tmp_path / "checkpoints"), every=1)  # a resumed run's state too
+    checkpointer.save(2, state, force=True)
+    restored = checkpointer.restore(2, like=state)
+    checkpointer.close()
+    step(restored, batch)
+    assert step._cache_size() == 1
