@@ -184,14 +184,19 @@ class Sampler:
     """Generates continuations of token-id prompts with a :class:`~orchard.models.Transformer`."""
 
     def __init__(self, model: Transformer) -> None:
-        self.graphdef, self.state = nnx.split(model)
+        self.graphdef, state = nnx.split(model)
+        # Committed where they lie, as :meth:`update` places the weights it takes (a program is compiled
+        # for its arguments' placement and commitment both).
+        self.state = jax.device_put(state, jax.tree.map(lambda array: array.sharding, state))
         self.cfg = model.cfg
         self.config = getattr(model, "config", model.cfg)  # a VLM's whole config (its vision tower's too)
 
     def update(self, params: nnx.State) -> None:
         """Take new parameters of the same architecture (a trainer's ``nnx.split(model, nnx.Param)``):
-        the next call uses them and nothing recompiles. Parameters of another shape or dtype, or a
-        different set of them, are a ``ValueError``."""
+        the next call uses them and nothing recompiles: they are placed as the served ones are (arrays
+        placed otherwise, such as a learner's on its mesh, are a new signature to a compiled program:
+        every RL run compiled prefill and decode again at its first sync). Parameters of another shape or dtype, or a different set of them, are a
+        ``ValueError``."""
         def signature(state: nnx.State) -> tuple:
             flat = nnx.to_flat_state(state)
             return tuple((path, tuple(v.get_value().shape), str(v.get_value().dtype)) for path, v in flat)
@@ -199,7 +204,7 @@ class Sampler:
         if signature(params) != signature(self.state):
             raise ValueError("update_weights needs parameters of the same architecture as the served model "
                              "(the same names, shapes and dtypes)")
-        self.state = params
+        self.state = jax.device_put(params, jax.tree.map(lambda served: served.sharding, self.state))
 
     def _vision(self, tokens: np.ndarray, pad: np.ndarray, images: PromptImages | None
                 ) -> tuple[jax.Array | None, Images | None, jax.Array]:

@@ -34,6 +34,26 @@ def test_engine_generates_like_hf_and_takes_new_weights():
     assert completion.weight_version == 7  # every completion says which weights sampled it
 
 
+def test_weights_synced_from_a_learner_reuse_the_compiled_programs():
+    """A learner's parameters lie on its mesh (and committed); before they were placed as the served ones,
+    an RL run's first sync compiled prefill and decode again."""
+    from orchard.models.sharding import make_mesh
+    from orchard.rollout import sampler as sampler_module
+    from orchard.train.state import OptimConfig, init_state, make_optimizer
+
+    engine = JaxEngine.from_pretrained(FIXTURE, dtype="float32")
+    prompt = np.load(os.path.join(FIXTURE, "expected.npz"))["tokens"][0, :5].tolist()
+    sampled = SamplingParams(max_tokens=8, temperature=1.0, seed=3)
+    before = engine.generate([prompt], sampled)[0]
+    compiled = sampler_module._decode._cache_size(), sampler_module._prefill._cache_size()
+    optimizer, _ = make_optimizer(OptimConfig(), 4)
+    graphdef, state = init_state(from_pretrained(FIXTURE, dtype="float32"), optimizer, make_mesh(1, 1))
+    engine.update_weights(ModelWeights(graphdef, state.params, version=1))
+    after = engine.generate([prompt], sampled)[0]
+    assert (after.token_ids, after.weight_version) == (before.token_ids, 1)  # the same weights, now version 1
+    assert (sampler_module._decode._cache_size(), sampler_module._prefill._cache_size()) == compiled
+
+
 def test_weights_of_another_architecture_are_refused():
     engine = JaxEngine.from_pretrained(FIXTURE, dtype="float32")
     other = from_pretrained(os.path.join(os.path.dirname(FIXTURE), "qwen3"), dtype="float32")
