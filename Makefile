@@ -86,10 +86,11 @@ TEST_ENV := ORCHARD_NOTEBOOK_SMALL=1 JAX_COMPILATION_CACHE_DIR=$(CURDIR)/.cache/
 	XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1 \
 	--xla_cpu_use_fusion_emitters=false --xla_llvm_disable_expensive_passes=true"
 
+# --nbmake-timeout: a notebook cell's limit, tests/conftest.py's NOTEBOOK_TIMEOUT_S (a notebook item's).
 test: test-deps $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) tests/fixtures/chat/qwen3_tokenizer.py
-	$(TEST_ENV) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) --nbmake tests notebooks
+	$(TEST_ENV) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) --nbmake --nbmake-timeout=900 tests notebooks
 
 # google-tunix pins older transformers/tokenizers, so the SFT benchmark runs in a venv of its own; so does
 # LiteLLM's proxy (its extra pins other FastAPI and uvicorn, and from 1.85 needs a package the registry lacks),

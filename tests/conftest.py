@@ -35,6 +35,10 @@ K8S_VERSION = "1.37"
 # stage made once, by whichever gets there first; the other waits on the stage's lock and reuses it).
 SHARED_SMOKE_WORKDIRS = ("gui_rl_init_small", "swe_ablations_small", "cross_harness_small", "claw_cross_harness_small")
 REPOSITORY = Path(__file__).resolve().parents[1]
+# Per-item time limits (pyproject's 300 s for the rest): a notebook runs a whole small ablation (the Makefile
+# gives nbmake's cells the same limit), a slow test a recipe or several processes end to end.
+NOTEBOOK_TIMEOUT_S = 900
+SLOW_TIMEOUT_S = 600
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -45,6 +49,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     every worker: it depends on the items only)."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: 0 if item.path.suffix == ".ipynb" else 1 if item.path in slow else 2)
+    for item in items:  # room for a machine twice as slow as the CI one (the longest item took 157 s there)
+        if item.get_closest_marker("timeout") is None:
+            if item.path.suffix == ".ipynb":
+                item.add_marker(pytest.mark.timeout(NOTEBOOK_TIMEOUT_S))
+            elif item.get_closest_marker("slow"):
+                item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @functools.cache
