@@ -50,8 +50,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # The policy: the tiny Llama-style model from scratch. A teacher episode is 1,300-5,000 tokens of the BPE
     # (the ReAct harness's tool schemas ~900 of them), so positions reach 8K.
     config.model = ConfigDict({"path": "", "init": {**ModelConfig.preset_fields("tiny"), "max_position_embeddings": 8192},
-                               "dtype": "float32", "param_dtype": "float32", "attention_block": CPU_ATTENTION_BLOCK, "remat": "none",
-                               "logits_chunk": 1024})
+                               "dtype": "float32", "param_dtype": "float32", "attention_block": CPU_ATTENTION_BLOCK,
+                               "remat": "none", "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
     # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying, the loss on the copy): a

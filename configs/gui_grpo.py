@@ -56,8 +56,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # The policy: a tiny Qwen3-VL (2 text layers of width 64; 2 vision blocks over 16-pixel patches merged 2x2: a
     # 160 x 224 screenshot is 35 tokens) trained from scratch; its images are not resized (min_pixels).
     config.model = ConfigDict({"path": "", "init": {**tiny_vision_language(), "processing": {"min_pixels": 4096}},
-                               "dtype": "float32", "param_dtype": "float32", "attention_block": CPU_ATTENTION_BLOCK, "remat": "none",
-                               "logits_chunk": 1024})
+                               "dtype": "float32", "param_dtype": "float32", "attention_block": CPU_ATTENTION_BLOCK,
+                               "remat": "none", "logits_chunk": 1024})
     config.mesh = ConfigDict({"fsdp": 1, "tp": 1, "ep": 1, "device": ""})
 
     # Copying lessons before SFT for a policy trained from scratch (orchard.data.copying, the loss on the copy): a
@@ -121,7 +121,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
         # vision tower: orchard.train.state.with_master_weights)
         config.model.update({"path": "checkpoints/qwen3-vl-4b-thinking", "dtype": "bfloat16",
                              "param_dtype": "bfloat16"})
-        config.model.update({"init": qwen3_vl_4b(), "remat": "layer", "attention_block": 512})  # the shape it holds, for --dry-run
+        config.model.update({"init": qwen3_vl_4b(), "remat": "layer",  # the shape it holds, for --dry-run
+                             "attention_block": 512})
         config.sft.update({"num_steps": 400, "seq_len": 65536, "batch_size": 32, "images_per_row": 1})
         config.sft.optim.update({"peak_lr": 1e-5, "final_lr": 1e-6, "frozen": ("model.visual",),
                                  "master_dtype": "float32"})

@@ -195,8 +195,8 @@ class Sampler:
         """Take new parameters of the same architecture (a trainer's ``nnx.split(model, nnx.Param)``):
         the next call uses them and nothing recompiles: they are placed as the served ones are (arrays
         placed otherwise, such as a learner's on its mesh, are a new signature to a compiled program:
-        every RL run compiled prefill and decode again at its first sync). Parameters of another shape or dtype, or a different set of them, are a
-        ``ValueError``."""
+        every RL run compiled prefill and decode again at its first sync). Parameters of another shape
+        or dtype, or a different set of them, are a ``ValueError``."""
         def signature(state: nnx.State) -> tuple:
             flat = nnx.to_flat_state(state)
             return tuple((path, tuple(v.get_value().shape), str(v.get_value().dtype)) for path, v in flat)
