@@ -38,6 +38,7 @@ from typing import Any
 
 import aiohttp
 import kubernetes_validate
+import psutil
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -471,6 +472,13 @@ class FakeKubernetes:
         if runtime is None:
             return
         if runtime.process is not None and runtime.process.returncode is None:
+            # The whole container, as a kubelet stops it: the agent's group and every process below it (the
+            # commands it runs lead sessions of their own, and a server one started outlived the suite).
+            with contextlib.suppress(psutil.NoSuchProcess):
+                below = psutil.Process(runtime.process.pid).children(recursive=True)
+                for process in below:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        process.kill()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(runtime.process.pid, signal.SIGKILL)
             await runtime.process.wait()
@@ -478,3 +486,4 @@ class FakeKubernetes:
             runtime.task.cancel()
         if runtime.directory:
             shutil.rmtree(runtime.directory, ignore_errors=True)
+

@@ -8,6 +8,7 @@ import signal
 
 import aiohttp
 import httpx
+import psutil
 import pytest
 import yaml
 from kubernetes import client
@@ -225,3 +226,8 @@ def test_a_port_forward_reaches_a_server_in_the_pod(orchestrator):
                 return await ws.receive_str()
 
         assert asyncio.run(talk()).startswith("echo: hi")
+        server = [p for p in psutil.process_iter(["cmdline"]) if "echo_server.py" in " ".join(p.info["cmdline"] or [])
+                  and any(c.laddr.port == port for c in p.net_connections("tcp"))]
+    assert len(server) == 1  # the pod's server, a host process under the fake kubelet
+    wait_until(lambda: not server[0].is_running() or server[0].status() == psutil.STATUS_ZOMBIE,
+               what="the pod's server to go with the pod")  # the fake left it running after the suite
