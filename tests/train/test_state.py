@@ -36,6 +36,13 @@ def _flat(params) -> dict[str, np.ndarray]:
             for path, value in jax.tree_util.tree_leaves_with_path(params)}
 
 
+def _text_loss(graphdef, params, batch):
+    """A text model's summed next-token loss and its token count (the train step's loss function)."""
+    logits = nnx.merge(graphdef, params)(batch["tokens"])
+    nll = -target_logprobs(logits[:, :-1].astype(jnp.float32), batch["tokens"][:, 1:])
+    return jnp.sum(nll), jnp.asarray(nll.size, jnp.float32)
+
+
 def _train_one_step(frozen: tuple[str, ...]) -> tuple[dict, dict]:
     model = VisionLanguageModel(CFG, rngs=nnx.Rngs(0))
     image = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
@@ -167,13 +174,8 @@ def test_frozen_parameters_get_no_master_copy_and_no_update(tmp_path):
     state_elements = sum(x.size for x in jax.tree.leaves(state.opt_state) if x.ndim)
     assert state_elements == 3 * trained_elements  # master, mu and nu
 
-    def loss_fn(graphdef, params, batch):
-        logits = nnx.merge(graphdef, params)(batch["tokens"])
-        nll = -target_logprobs(logits[:, :-1].astype(jnp.float32), batch["tokens"][:, 1:])
-        return jnp.sum(nll), jnp.asarray(nll.size, jnp.float32)
-
     before = _flat(state.params)
-    state, _ = make_train_step(graphdef, optimizer, schedule, loss_fn)(
+    state, _ = make_train_step(graphdef, optimizer, schedule, _text_loss)(
         state, {"tokens": jnp.asarray([[[1, 2, 3, 4, 5, 6]]], jnp.int32)})
     after = _flat(state.params)
     assert all(np.array_equal(before[name], after[name]) for name in vision)
@@ -207,12 +209,7 @@ def test_the_master_copy_is_sharded_like_its_parameters_and_checkpointed(tmp_pat
     check(state)
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 64, (1, 8, 12)), jnp.int32)
 
-    def loss_fn(graphdef, params, batch):
-        logits = nnx.merge(graphdef, params)(batch["tokens"])
-        nll = -target_logprobs(logits[:, :-1].astype(jnp.float32), batch["tokens"][:, 1:])
-        return jnp.sum(nll), jnp.asarray(nll.size, jnp.float32)
-
-    step = make_train_step(graphdef, optimizer, schedule, loss_fn)
+    step = make_train_step(graphdef, optimizer, schedule, _text_loss)
     state, _ = step(state, {"tokens": tokens})
     check(state)
 
@@ -243,12 +240,7 @@ def test_the_first_and_later_steps_share_one_compiled_program(fsdp, tp, master_d
         mirrored = [s for p, s in shardings.items() if path[-len(p):] == p]
         assert leaf.sharding == (mirrored[0] if mirrored else NamedSharding(leaf.sharding.mesh, PartitionSpec()))
 
-    def loss_fn(graphdef, params, batch):
-        logits = nnx.merge(graphdef, params)(batch["tokens"])
-        nll = -target_logprobs(logits[:, :-1].astype(jnp.float32), batch["tokens"][:, 1:])
-        return jnp.sum(nll), jnp.asarray(nll.size, jnp.float32)
-
-    step = make_train_step(graphdef, optimizer, schedule, loss_fn)
+    step = make_train_step(graphdef, optimizer, schedule, _text_loss)
     batch = {"tokens": jnp.asarray(np.random.default_rng(0).integers(0, 64, (1, 8, 12)), jnp.int32)}
     state, _ = step(state, batch)
     state, _ = step(state, batch)

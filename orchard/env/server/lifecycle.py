@@ -270,7 +270,7 @@ class SandboxManager:
 
     def start_reaper(self) -> None:
         async def loop() -> None:
-            while not self._stopping:
+            while True:
                 await asyncio.sleep(self.reap_interval)
                 if self._stopping:
                     break

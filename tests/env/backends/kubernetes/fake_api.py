@@ -486,4 +486,3 @@ class FakeKubernetes:
             runtime.task.cancel()
         if runtime.directory:
             shutil.rmtree(runtime.directory, ignore_errors=True)
-
