@@ -10,6 +10,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from orchard.models.config import ModelConfig
+from orchard.models.params import model_shapes
 from orchard.models.pixels import ImageProcessing
 from orchard.models.sharding import shard_model
 from orchard.models.shipped import resolve
@@ -53,7 +54,7 @@ class ModelSpec:
 
 
 def build_model(spec: ModelSpec, seed: int, vocab_size: int | None = None, mesh: Mesh | None = None,
-                vision_tokens: tuple[int, int, int] | None = None) -> Transformer:
+                vision_tokens: tuple[int, int, int] | None = None, shapes_only: bool = False) -> Transformer:
     """The model ``spec`` names; a fresh one is initialised from ``seed`` over ``vocab_size``
     tokens (required when ``init`` leaves ``vocab_size`` at 0). With a ``mesh``, the parameters
     are placed on it by their logical axes (as a trainer's are, so an engine serving this model and
@@ -62,14 +63,23 @@ def build_model(spec: ModelSpec, seed: int, vocab_size: int | None = None, mesh:
     An ``init`` with ``text`` and ``vision`` blocks is a fresh vision-language model (Qwen3-VL): the
     language model's and the vision tower's fields (:func:`tiny_vision_language` gives the CPU
     default's), optionally ``processing`` (:class:`~orchard.models.pixels.ImageProcessing` fields), and
-    ``vision_tokens`` its image, vision-start and vision-end token ids."""
+    ``vision_tokens`` its image, vision-start and vision-end token ids.
+
+    ``shapes_only``: the fresh model's shapes and dtypes, nothing allocated (:func:`model_shapes`; a plan's)."""
     if spec.path:
+        if shapes_only:
+            raise ValueError("shapes_only builds a fresh model: the spec names a checkpoint")
         return from_pretrained(resolve(spec.path), mesh=mesh, **spec.compute())
-    if "vision" in spec.init:
-        model: Transformer = VisionLanguageModel(_vlm_config(spec, vocab_size, vision_tokens), rngs=nnx.Rngs(derive_seed(seed, "model-init")))
-    else:
-        model = Transformer(ModelConfig(**{**spec.init, **spec.compute(), "vocab_size": _vocab(spec.init, vocab_size)}),
-                            rngs=nnx.Rngs(derive_seed(seed, "model-init")))
+
+    def fresh(rngs: Any) -> Transformer:
+        if "vision" in spec.init:
+            return VisionLanguageModel(_vlm_config(spec, vocab_size, vision_tokens), rngs=rngs)
+        return Transformer(ModelConfig(**{**spec.init, **spec.compute(), "vocab_size": _vocab(spec.init, vocab_size)}),
+                           rngs=rngs)
+
+    if shapes_only:
+        return model_shapes(fresh)
+    model = fresh(nnx.Rngs(derive_seed(seed, "model-init")))
     return shard_model(model, mesh) if mesh is not None else model
 
 

@@ -36,6 +36,7 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from orchard.models.config import ModelConfig
+from orchard.models.params import normal_param
 
 # Causal attention without a cache runs in up to CAUSAL_BLOCKS query blocks of at least
 # CAUSAL_BLOCK_MIN tokens (:func:`attend_causal`); the cap keeps long contexts to a few traced blocks.
@@ -56,14 +57,10 @@ class Segments(NamedTuple):
     ids: jax.Array  # [B, T]
 
 
-def _param(rngs: nnx.Rngs, shape: tuple[int, ...], dtype, axes: tuple[str | None, ...], scale: float = 0.02):
-    return nnx.Param(scale * jax.random.normal(rngs.params(), shape, dtype), logical_axes=axes)
-
-
 class Linear(nnx.Module):
     def __init__(self, d_in: int, d_out: int, *, bias: bool, axes: tuple[str | None, str | None],
                  cfg: ModelConfig, rngs: nnx.Rngs) -> None:
-        self.kernel = _param(rngs, (d_in, d_out), cfg.param_dtype, axes)  # [in, out]
+        self.kernel = normal_param(rngs, (d_in, d_out), cfg.param_dtype, axes)  # [in, out]
         self.bias = nnx.Param(jnp.zeros((d_out,), cfg.param_dtype), logical_axes=(axes[1],)) if bias else None
         self.dtype = cfg.dtype
 
@@ -404,9 +401,9 @@ class Experts(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
         e, d, f = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
-        self.gate_proj = _param(rngs, (e, d, f), cfg.param_dtype, ("experts", "embed", "mlp"))
-        self.up_proj = _param(rngs, (e, d, f), cfg.param_dtype, ("experts", "embed", "mlp"))
-        self.down_proj = _param(rngs, (e, f, d), cfg.param_dtype, ("experts", "mlp", "embed"))
+        self.gate_proj = normal_param(rngs, (e, d, f), cfg.param_dtype, ("experts", "embed", "mlp"))
+        self.up_proj = normal_param(rngs, (e, d, f), cfg.param_dtype, ("experts", "embed", "mlp"))
+        self.down_proj = normal_param(rngs, (e, f, d), cfg.param_dtype, ("experts", "mlp", "embed"))
         self.dtype = cfg.dtype
 
     def __call__(self, x: jax.Array, index: jax.Array, weights: jax.Array) -> jax.Array:
@@ -465,7 +462,7 @@ class DecoderLayer(nnx.Module):
 
 class Embed(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs) -> None:
-        self.weight = _param(rngs, (cfg.vocab_size, cfg.hidden_size), cfg.param_dtype, ("vocab", "embed"))
+        self.weight = normal_param(rngs, (cfg.vocab_size, cfg.hidden_size), cfg.param_dtype, ("vocab", "embed"))
         self.dtype = cfg.dtype
 
     def __call__(self, tokens: jax.Array) -> jax.Array:

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from orchard.models.params import normal_param
+
 Grid = tuple[int, int, int]  # (frames, patch rows, patch columns) of one image
 
 ACTIVATIONS = {
@@ -93,16 +95,12 @@ class VisionConfig:
         return hf
 
 
-def _param(rngs: nnx.Rngs, shape: tuple[int, ...], dtype, axes: tuple[str | None, ...], scale: float = 0.02):
-    return nnx.Param(scale * jax.random.normal(rngs.params(), shape, dtype), logical_axes=axes)
-
-
 class Dense(nnx.Module):
     """A linear layer with a bias (every vision linear has one); kernel ``[in, out]``."""
 
     def __init__(self, d_in: int, d_out: int, axes: tuple[str | None, str | None], cfg: VisionConfig,
                  rngs: nnx.Rngs) -> None:
-        self.kernel = _param(rngs, (d_in, d_out), cfg.param_dtype, axes)
+        self.kernel = normal_param(rngs, (d_in, d_out), cfg.param_dtype, axes)
         self.bias = nnx.Param(jnp.zeros((d_out,), cfg.param_dtype), logical_axes=(axes[1],))
         self.dtype = cfg.dtype
 
@@ -130,7 +128,7 @@ class PatchEmbed(nnx.Module):
     def __init__(self, cfg: VisionConfig, rngs: nnx.Rngs) -> None:
         shape = (cfg.hidden_size, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size)
         self.proj = nnx.Module()
-        self.proj.weight = _param(rngs, shape, cfg.param_dtype, ("embed", None, None, None, None))
+        self.proj.weight = normal_param(rngs, shape, cfg.param_dtype, ("embed", None, None, None, None))
         self.proj.bias = nnx.Param(jnp.zeros((cfg.hidden_size,), cfg.param_dtype), logical_axes=("embed",))
         self.dtype = cfg.dtype
 
@@ -210,7 +208,7 @@ class VisionTower(nnx.Module):
         self.cfg = cfg
         self.patch_embed = PatchEmbed(cfg, rngs)
         self.pos_embed = nnx.Module()
-        self.pos_embed.weight = _param(rngs, (cfg.num_position_embeddings, cfg.hidden_size), cfg.param_dtype,
+        self.pos_embed.weight = normal_param(rngs, (cfg.num_position_embeddings, cfg.hidden_size), cfg.param_dtype,
                                        (None, "embed"))
         self.blocks = nnx.List([VisionBlock(cfg, rngs) for _ in range(cfg.depth)])
         self.merger = PatchMerger(cfg, rngs)

@@ -1,6 +1,6 @@
 """Loading Hugging Face checkpoints (safetensors, single or sharded) into the NNX model.
 
-The model is first built abstractly (``nnx.eval_shape``: shapes and dtypes, no memory), then each
+The model is first built abstractly (:func:`~orchard.models.params.model_shapes`: shapes and dtypes, no memory), then each
 parameter is read from its tensor(s), transposed where HF stores ``[out, in]``, stacked for
 experts, cast to the parameter dtype and put in place. A checkpoint whose tensors do not match the
 config is a clear error naming the tensor.
@@ -27,6 +27,7 @@ from orchard.distributed import host_array, is_controller
 from orchard.models.checkpoint import Checkpoint, CheckpointError, SafetensorsCheckpoint
 from orchard.models.config import ModelConfig
 from orchard.models.gguf import GGUFCheckpoint
+from orchard.models.params import model_shapes
 from orchard.models.sharding import named_sharding
 from orchard.models.transformer import Transformer
 from orchard.models.vlm import VLM_TYPES, VisionLanguageModel, VLMConfig
@@ -107,7 +108,7 @@ def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transfo
     if path.endswith(".gguf"):
         checkpoint: Checkpoint = GGUFCheckpoint(path)
         cfg = ModelConfig.from_hf(checkpoint.config, **overrides)
-        model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+        model = model_shapes(lambda rngs: Transformer(cfg, rngs=rngs))
     else:
         config_path = os.path.join(path, "config.json")
         if not os.path.exists(config_path):
@@ -117,10 +118,10 @@ def from_pretrained(path: str, mesh: Mesh | None = None, **overrides) -> Transfo
             hf = json.load(handle)
         if hf.get("model_type") in VLM_TYPES:
             vlm_cfg = VLMConfig.from_pretrained(path, **overrides)
-            model = nnx.eval_shape(lambda: VisionLanguageModel(vlm_cfg, rngs=nnx.Rngs(0)))
+            model = model_shapes(lambda rngs: VisionLanguageModel(vlm_cfg, rngs=rngs))
         else:
             cfg = ModelConfig.from_hf(hf, **overrides)
-            model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+            model = model_shapes(lambda rngs: Transformer(cfg, rngs=rngs))
     load_params(model, checkpoint, mesh)
     return model
 

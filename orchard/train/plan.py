@@ -165,10 +165,10 @@ def _fields(cfg: Any, skip: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def abstract_model(spec: ModelSpec, vocab_size: int | None = None) -> Transformer:
-    """The model ``spec`` names as shapes only (``nnx.eval_shape``; nothing allocated); a checkpoint's
+    """The model ``spec`` names as shapes only (nothing allocated); a checkpoint's
     shape is read from its config when there, else taken from ``spec.init`` (:func:`architecture`)."""
     fresh, _ = architecture(spec, vocab_size)
-    return nnx.eval_shape(lambda: build_model(fresh, 0, vocab_size, vision_tokens=_VISION_TOKENS))
+    return build_model(fresh, 0, vocab_size, vision_tokens=_VISION_TOKENS, shapes_only=True)
 
 
 def _device_bytes(shape: tuple[int, ...], dtype: Any, spec: PartitionSpec, mesh: AbstractMesh) -> int:
