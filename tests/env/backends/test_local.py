@@ -252,7 +252,12 @@ def short_state_dir():
     """A state dir with a short path, so that agent socket paths fit in sun_path for httpx."""
     path = tempfile.mkdtemp(prefix="orch-", dir="/tmp")
     yield path
+    with open("/proc/mounts") as handle:
+        left = [line.split()[1] for line in handle if line.split()[1].startswith(path + "/")]
+    for mount_point in left:  # not left behind for the next run, and not passed over either
+        subprocess.run(["umount", "-l", mount_point], check=False)
     shutil.rmtree(path, ignore_errors=True)
+    assert not left, f"the backend's close left mounted: {left}"
 
 
 @pytest.fixture
@@ -304,6 +309,7 @@ async def test_rlimits_bound_memory_where_cgroups_are_unavailable(short_state_di
         assert (await sb.exec("echo alive"))["stdout"] == "alive\n"
     finally:
         await sb.close()
+        await backend.close()  # unmounts its /etc layer: the state dir's removal left it mounted before
 
 
 def test_the_agent_reaps_orphans_as_pid_1(sandbox):
