@@ -103,7 +103,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     elif variant == "elements":
         config.harness.elements = True
     elif variant == "smoke":
-        config.tasks.update({"pages": ("click-test", "click-button", "click-link"), "sft_seeds": 2, "rl_seeds": 2,
+        config.tasks.update({"pages": ("click-test", "click-button", "click-link"), "sft_seeds": 1, "rl_seeds": 1,
                              "held_out_seeds": 1, "held_out_page_fraction": 0.3})
         config.sft.update({"num_steps": 4, "log_every": 2, "eval_every": 4, "checkpoint_every": 4})
         config.rl.update({"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 2, "rows": 16, "eval_every": 1})
