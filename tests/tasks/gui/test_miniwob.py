@@ -134,6 +134,23 @@ def test_the_browser_tools_run_no_script_and_another_page_ends_nothing(box):
     assert trajectory.metadata["verdict"] == "failure" and trajectory.metadata["raw_reward"] is None
 
 
+def planned_actions(trajectory: Trajectory) -> int:
+    """The episode's actions, a run of waits counted once: where the oracle waits for the page (suggestions
+    that come after a delay, a section that opens), it waits again while a busy machine's page catches up
+    (use-autocomplete took 6 actions, not its 4, in one loaded suite run)."""
+    names = [call.name for m in trajectory.messages if m.role == "assistant" for call in m.tool_calls]
+    return sum(not (name == "wait" and index and names[index - 1] == "wait") for index, name in enumerate(names))
+
+
+def test_a_run_of_waits_counts_as_one_action():
+    def episode(*names: str) -> Trajectory:
+        return Trajectory(task_id="t", messages=[Message(role="assistant", tool_calls=[ToolCall(name=n, arguments={})])
+                                                 for n in names])
+
+    assert planned_actions(episode("write", "wait", "wait", "wait", "press_keys", "done")) == 4
+    assert planned_actions(episode("wait", "click", "wait", "done")) == 4
+
+
 @pytest.mark.slow
 async def test_the_oracle_solves_every_catalogue_task_in_its_stated_actions(aclient):
     """Over three sandboxes at once (the catalogue one page after another took about 110 s)."""
@@ -147,9 +164,9 @@ async def test_the_oracle_solves_every_catalogue_task_in_its_stated_actions(acli
                                              task_id=task.id)
                 outcome = await task.grade(sb, trajectory)
                 low, high = CATALOGUE[task.page].actions
-                if outcome.reward != 1.0 or not low <= trajectory.metadata["steps"] <= high:
+                if outcome.reward != 1.0 or not low <= planned_actions(trajectory) <= high:
                     failures.append((task.id, outcome.reward, trajectory.metadata["steps"],
-                                     trajectory.metadata.get("error")))
+                                     planned_actions(trajectory), trajectory.metadata.get("error")))
 
     pages = sorted(CATALOGUE)
     await asyncio.gather(*(lane(pages[start::3]) for start in range(3)))
