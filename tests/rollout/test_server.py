@@ -1,4 +1,10 @@
-"""``orchard serve`` driven by real clients: the ``openai`` SDK and litellm, against a real process."""
+"""``orchard serve`` driven by real clients: the ``openai`` SDK and litellm, against a real process.
+
+What the server computes (its tokens against transformers', its text, stop strings, errors) is checked on the
+shipped SmolLM2; how it batches, samples and reports (concurrent requests, ``n`` choices, top logprobs, litellm)
+on the session's random one-layer policy over SmolLM2's vocabulary, whose programs compile in a fraction of
+the time: each batch shape and top-logprobs count is a program of its own, 7 to 19 s to compile for SmolLM2's
+30 layers on 2 cores."""
 
 from __future__ import annotations
 
@@ -26,6 +32,11 @@ def client(smollm2_server) -> openai.OpenAI:
 
 
 @pytest.fixture(scope="module")
+def random_client(policy_server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=policy_server.url, api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
     return Tokenizer.from_gguf(smollm2_gguf())
 
@@ -46,17 +57,17 @@ def test_completions_from_token_ids_match_hf_generate(client, smollm2_server, to
     assert choice.finish_reason == "length" and reply.usage.completion_tokens == 16
 
 
-def test_concurrent_requests_share_decode_steps_and_get_what_each_gets_alone(client, smollm2_server):
+def test_concurrent_requests_share_decode_steps_and_get_what_each_gets_alone(random_client, policy_server):
     tokens = np.load(GOLDEN)["tokens"][0].tolist()
     prompts = [tokens[:n] for n in (3, 6, 9, 12, 5, 8)]
 
     def complete(prompt: list[int]) -> list[int]:
-        reply = client.completions.create(model=smollm2_server.name, prompt=prompt, max_tokens=10, temperature=0,
-                                          extra_body={"return_token_ids": True})
+        reply = random_client.completions.create(model=policy_server.name, prompt=prompt, max_tokens=10,
+                                                 temperature=0, extra_body={"return_token_ids": True})
         return reply.choices[0].model_extra["token_ids"]
 
     alone = [complete(p) for p in prompts]
-    health = smollm2_server.url.removesuffix("/v1") + "/health"
+    health = policy_server.url.removesuffix("/v1") + "/health"
     before = httpx.get(health).json()["batch"]
     with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
         together = list(pool.map(complete, prompts))
@@ -88,15 +99,15 @@ def test_chat_renders_with_the_chat_format_and_streams_the_same_text(client, smo
     assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) > 3  # token by token, not at once
 
 
-def test_top_logprobs_are_the_most_likely_tokens(client, smollm2_server):
-    reply = client.chat.completions.create(model=smollm2_server.name, messages=MESSAGES, max_tokens=6, temperature=0,
-                                           logprobs=True, top_logprobs=3)
+def test_top_logprobs_are_the_most_likely_tokens(random_client, policy_server):
+    reply = random_client.chat.completions.create(model=policy_server.name, messages=MESSAGES, max_tokens=6,
+                                                  temperature=0, logprobs=True, top_logprobs=3)
     for entry in reply.choices[0].logprobs.content:
         values = [alternative.logprob for alternative in entry.top_logprobs]
         assert len(values) == 3 and values == sorted(values, reverse=True)
         assert entry.top_logprobs[0].token == entry.token and values[0] == pytest.approx(entry.logprob, abs=1e-5)
-    text = client.completions.create(model=smollm2_server.name, prompt="1, 2, 3,", max_tokens=4, temperature=0,
-                                     logprobs=2).choices[0].logprobs
+    text = random_client.completions.create(model=policy_server.name, prompt="1, 2, 3,", max_tokens=4,
+                                            temperature=0, logprobs=2).choices[0].logprobs
     assert all(len(top) == 2 and max(top.values()) == pytest.approx(lp, abs=1e-5)
                for top, lp in zip(text.top_logprobs, text.token_logprobs, strict=True))  # greedy: the best is taken
 
@@ -110,14 +121,14 @@ def test_completion_stream_with_a_stop_string(client, smollm2_server):
     assert streamed[-1].choices[0].finish_reason == "stop"
 
 
-def test_litellm_talks_to_the_server(client, smollm2_server):
+def test_litellm_talks_to_the_server(random_client, policy_server):
     """litellm is the layer mini-swe-agent calls models through."""
-    expected = client.chat.completions.create(model=smollm2_server.name, messages=MESSAGES, max_tokens=12,
-                                              temperature=0).choices[0].message.content
-    reply = litellm.completion(model=f"openai/{smollm2_server.name}", api_base=smollm2_server.url,
+    expected = random_client.chat.completions.create(model=policy_server.name, messages=MESSAGES, max_tokens=12,
+                                                     temperature=0).choices[0].message.content
+    reply = litellm.completion(model=f"openai/{policy_server.name}", api_base=policy_server.url,
                                api_key="unused", messages=MESSAGES, max_tokens=12, temperature=0)
     assert reply.choices[0].message.content == expected
-    streamed = litellm.completion(model=f"openai/{smollm2_server.name}", api_base=smollm2_server.url,
+    streamed = litellm.completion(model=f"openai/{policy_server.name}", api_base=policy_server.url,
                                   api_key="unused", messages=MESSAGES, max_tokens=12, temperature=0, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in streamed).strip() == expected
 
@@ -147,13 +158,13 @@ def test_bad_requests_get_openai_errors(client, smollm2_server):
     assert client.models.list().data
 
 
-def test_n_choices_sample_independently(client, smollm2_server):
-    reply = client.chat.completions.create(model=smollm2_server.name, messages=MESSAGES, max_tokens=8,
-                                           temperature=1.5, n=3, seed=7)
+def test_n_choices_sample_independently(random_client, policy_server):
+    reply = random_client.chat.completions.create(model=policy_server.name, messages=MESSAGES, max_tokens=8,
+                                                  temperature=1.5, n=3, seed=7)
     assert [c.index for c in reply.choices] == [0, 1, 2]
     assert len({c.message.content for c in reply.choices}) > 1
-    again = client.chat.completions.create(model=smollm2_server.name, messages=MESSAGES, max_tokens=8,
-                                           temperature=1.5, n=3, seed=7)
+    again = random_client.chat.completions.create(model=policy_server.name, messages=MESSAGES, max_tokens=8,
+                                                  temperature=1.5, n=3, seed=7)
     assert [c.message.content for c in again.choices] == [c.message.content for c in reply.choices]
     assert json.loads(reply.model_dump_json())["usage"]["completion_tokens"] > 0
 
