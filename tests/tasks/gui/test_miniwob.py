@@ -153,13 +153,16 @@ def test_a_run_of_waits_counts_as_one_action():
 
 @pytest.mark.slow
 async def test_the_oracle_solves_every_catalogue_task_in_its_stated_actions(aclient):
-    """Over three sandboxes at once (the catalogue one page after another took about 110 s)."""
+    """Over three sandboxes at once (the catalogue one page after another took about 110 s). Each episode is
+    the one its instance's build leaves open: ``setup`` would open the same page with the same seed again
+    (``test_the_same_seed_gives_the_same_instruction_and_dom``), and a fresh browser context and page load
+    cost Chromium about a core-second each."""
     harness, failures = BrowserHarness(), []
 
     async def lane(pages: list[str]) -> None:
         async with aclient.create(memory="2Gi", pids=1024, network="none") as sb:
-            for task in await build_instances(sb, pages, [101]):
-                await task.setup(sb)
+            for page in pages:
+                [task] = await build_instances(sb, [page], [101])
                 trajectory = await run_agent(harness, GUIOracle(task), sb, task.prompt, limits=task.family.limits,
                                              task_id=task.id)
                 outcome = await task.grade(sb, trajectory)
