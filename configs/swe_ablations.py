@@ -32,7 +32,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # (whole_matched_tokens is also an arm; left out here for the time it costs)
     config.credit = ConfigDict({"arms": ("drop", "rise", "whole", "rise_matched_tokens"),
                                 "seeds": (0, 1, 2), "passes": ("greedy", "sampled"), "judge_trajectories": 3,
-                                "judge_model": "smollm2", "judge_max_tokens": 256})
+                                "judge_model": "smollm2", "judge_max_tokens": 256, "judge_dtype": "float32"})
     config.scale = ConfigDict({"fractions": (0.25, 0.5, 1.0), "selectors": ("random", "diverse"),
                                "seeds": (0, 1), "passes": ("greedy", "sampled")})
     # The samplers from the 700-step SFT policy (the main job's), BAR also from a 250-step one; each run stops at

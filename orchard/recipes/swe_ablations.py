@@ -86,6 +86,9 @@ class CreditConfig:
     judge_trajectories: int = 3  # unresolved teacher trajectories the LLM judge values (0: none)
     judge_model: str = "smollm2"  # what orchard serve serves as the judge (a shipped name or a directory)
     judge_max_tokens: int = 256
+    # The served judge's compute dtype. On the CPU, float32 compiles and runs faster than the checkpoint's
+    # bfloat16: SmolLM2 answering a 1,200-token prompt with 48 tokens took 35 core-seconds against 55.
+    judge_dtype: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,7 @@ async def judge_values(shared: Shared, credit: CreditConfig, directory: str) -> 
     if not chosen:
         return {}
     instances = {t.id: t.instance for t in shared.split.sft}
-    server = ModelServer(resolve(credit.judge_model), name="judge")
+    server = ModelServer(resolve(credit.judge_model), name="judge", dtype=credit.judge_dtype)
     results = []
     try:
         with serve_app(create_app(server)) as url:
