@@ -244,14 +244,15 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     again_summary = json.loads((workdir / "summary.json").read_text())
     assert again_summary["held_out"] == summary["held_out"]
     # A changed setting stops the run at the stage it changes, naming it; --rerun redoes that stage and the later ones.
-    changed = [*command, "--config.rl.optim.peak_lr=0.001"]
+    # (A setting of the sampler's, not one compiled into the training step: the rerun reuses the compiled programs.)
+    changed = [*command, "--config.rl.sampler.rho_max=0.8"]
     stale = subprocess.run(changed, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert stale.returncode == 1 and "stage 'rl'" in stale.stderr and "optim.peak_lr: 0.0005 -> 0.001" in stale.stderr
+    assert stale.returncode == 1 and "stage 'rl'" in stale.stderr and "sampler.rho_max: 0.75 -> 0.8" in stale.stderr
     sft_record = (workdir / "sft" / "stage.json").read_text()
     redone = subprocess.run([*changed, "--rerun"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert redone.returncode == 0, redone.stderr[-3000:]
     assert (workdir / "sft" / "stage.json").read_text() == sft_record  # SFT was not touched
-    assert json.loads((workdir / "rl" / "stage.json").read_text())["config"]["optim"]["peak_lr"] == 0.001
+    assert json.loads((workdir / "rl" / "stage.json").read_text())["config"]["sampler"]["rho_max"] == 0.8
     # RL from a saved policy, without SFT: the sampled pass and RL's change start at init.
     start, policy = tmp_path / "from_policy", str(workdir / "sft" / "model")
     no_sft = {**overrides, "teacher.samples": 0, "sft.num_steps": 0, "model.path": policy, "tokenizer.path": policy}
