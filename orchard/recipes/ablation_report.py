@@ -11,12 +11,13 @@ from orchard.config import ConfigError, from_config
 from orchard.recipes.swe import SWE
 from orchard.recipes.swe_ablations import STUDIES, CreditConfig, RLStudyConfig, ScaleConfig, unresolved_arm
 
+JUDGE_DTYPES = ("float32", "bfloat16", "float16")  # what the served judge may compute in
 PASS_LABELS = {"greedy": "greedy", "sampled": "sampled (avg@k)", "pass_at_k": "pass@k"}
 
 
 def check_config(config: ConfigDict) -> list[str]:
-    """The main job's config check, then the studies' blocks: their fields, the arms' names, and an RL study
-    without a rollout budget."""
+    """The main job's config check, then the studies' blocks: their fields, the arms' names, the judge's
+    dtype, and an RL study without a rollout budget."""
     problems = SWE.check_config(config)
     unknown = sorted(set(config.get("studies", ())) - set(STUDIES))
     if unknown:
@@ -33,6 +34,8 @@ def check_config(config: ConfigDict) -> list[str]:
                     unresolved_arm(arm)
                 except ValueError as exc:
                     problems.append(f"credit.arms: {exc}")
+            if settings.judge_dtype not in JUDGE_DTYPES:
+                problems.append(f"credit.judge_dtype: {settings.judge_dtype!r} is not one of {', '.join(JUDGE_DTYPES)}")
     if "rl" in config.get("studies", ()) and not config.rl.get("rollout_budget"):
         problems.append("rl.rollout_budget: the RL study compares samplers at an equal budget of rollouts; set it")
     return problems

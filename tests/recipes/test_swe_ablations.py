@@ -42,11 +42,13 @@ def test_the_config_check_names_what_is_wrong():
     config.credit.arms = ("drop", "partial")
     config.rl.rollout_budget = 0
     config.scale.fraction = (0.5,)  # a misspelt field
+    config.credit.judge_dtype = "float33"
     problems = "\n".join(check_config(config))
     assert "unknown ['sweep']" in problems
     assert "credit.arms: unknown credit-assignment arm 'partial'" in problems
     assert "rl.rollout_budget" in problems
     assert "scale: unknown field(s) fraction" in problems
+    assert "credit.judge_dtype: 'float33' is not one of float32, bfloat16, float16" in problems
 
 
 def _rl_run(tmp_path) -> str:
