@@ -268,8 +268,8 @@ def start_model_server(model_path: str, log_path: str, extra: Sequence[str] = ()
 
 @pytest.fixture(scope="session")
 def smollm2_server(tmp_path_factory) -> Iterator[ModelProcess]:
-    """One ``orchard serve`` of the shipped SmolLM2 for the session: for the tests of what the server computes
-    (its tokens against transformers', its logprobs, its batching)."""
+    """One ``orchard serve`` of the shipped SmolLM2 for the session: for the test of what the server computes
+    against transformers (its greedy tokens)."""
     from orchard.models.shipped import smollm2_gguf
 
     yield from start_model_server(smollm2_gguf(), str(tmp_path_factory.mktemp("serve") / "smollm2.log"))

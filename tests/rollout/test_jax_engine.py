@@ -61,25 +61,26 @@ def test_weights_of_another_architecture_are_refused():
         engine.update_weights(ModelWeights.of(other))
 
 
-def test_text_and_stop_strings_with_a_tokenizer():
+def test_text_and_stop_strings_with_a_tokenizer(random_policy):
+    """Detokenising and stop strings over SmolLM2's tokenizer, on a random policy sampled with a seed (its
+    greedy text is one token repeated; sampling is keyed by step, so each call draws the same tokens)."""
     from orchard.data.chat import smollm2_format
     from orchard.data.tokenizer import Tokenizer
-    from orchard.models.shipped import smollm2_gguf
 
-    tokenizer = Tokenizer.from_gguf(smollm2_gguf())
-    engine = JaxEngine.from_pretrained(smollm2_gguf(), tokenizer=tokenizer, dtype="float32")
+    tokenizer = Tokenizer.from_pretrained(random_policy)
+    engine = JaxEngine.from_pretrained(random_policy, tokenizer=tokenizer, dtype="float32")
     prompt = smollm2_format(tokenizer).render([{"role": "user", "content": "Count: 1, 2, 3, 4, 5"}],
                                               add_generation_prompt=True).token_ids
-    full = engine.generate([prompt], SamplingParams(max_tokens=24, temperature=0.0))[0]
+    full = engine.generate([prompt], SamplingParams(max_tokens=24, temperature=1.0, seed=1))[0]
     assert full.text == tokenizer.decode(full.token_ids, skip_special_tokens=True) and len(full.text) > 10
     stop = full.text[5:8]  # a stop string that starts inside the generated text
-    cut = engine.generate([prompt], SamplingParams(max_tokens=24, temperature=0.0, stop=(stop,)))[0]
+    cut = engine.generate([prompt], SamplingParams(max_tokens=24, temperature=1.0, seed=1, stop=(stop,)))[0]
     assert cut.finish_reason == "stop" and cut.text == full.text[: full.text.index(stop)]
     assert cut.token_ids == full.token_ids[: len(cut.token_ids)] and len(cut.logprobs) == len(cut.token_ids)
     assert stop in tokenizer.decode(cut.token_ids) and stop not in tokenizer.decode(cut.token_ids[:-1])
 
     # Streamed token by token: the same tokens and text, and no text that is part of the stop string.
-    deltas = list(engine.stream([prompt], SamplingParams(max_tokens=24, temperature=0.0, stop=(stop,))))
+    deltas = list(engine.stream([prompt], SamplingParams(max_tokens=24, temperature=1.0, seed=1, stop=(stop,))))
     assert "".join(d.text for d in deltas) == cut.text
     assert [t for d in deltas for t in d.token_ids] == cut.token_ids
     assert deltas[-1].finish_reason == "stop" and len(deltas) < 24  # decoding stopped at the stop string

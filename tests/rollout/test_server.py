@@ -1,10 +1,10 @@
 """``orchard serve`` driven by real clients: the ``openai`` SDK and litellm, against a real process.
 
-What the server computes (its tokens against transformers', its text, stop strings, errors) is checked on the
-shipped SmolLM2; how it batches, samples and reports (concurrent requests, ``n`` choices, top logprobs, litellm)
-on the session's random one-layer policy over SmolLM2's vocabulary, whose programs compile in a fraction of
-the time: each batch shape and top-logprobs count is a program of its own, 7 to 19 s to compile for SmolLM2's
-30 layers on 2 cores."""
+Its tokens against transformers' greedy ones are checked on the shipped SmolLM2; everything else (chat
+rendering and streaming, stop strings, errors, batching, ``n`` choices, top logprobs, litellm) on the session's
+random one-layer policy over SmolLM2's tokenizer and chat template, sampled with a seed where text is wanted (its
+greedy text is one token repeated). Its programs compile in a fraction of the time: each prompt width, batch
+shape and top-logprobs count is a program of its own, 7 to 19 s to compile for SmolLM2's 30 layers on 2 cores."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def tokenizer() -> Tokenizer:
     return Tokenizer.from_gguf(smollm2_gguf())
 
 
-def test_models_lists_the_served_model(client, smollm2_server):
-    assert [m.id for m in client.models.list().data] == [smollm2_server.name]
+def test_models_lists_the_served_model(random_client, policy_server):
+    assert [m.id for m in random_client.models.list().data] == [policy_server.name]
 
 
 def test_completions_from_token_ids_match_hf_generate(client, smollm2_server, tokenizer):
@@ -77,9 +77,11 @@ def test_concurrent_requests_share_decode_steps_and_get_what_each_gets_alone(ran
     assert after["active_rows"] == 0
 
 
-def test_chat_renders_with_the_chat_format_and_streams_the_same_text(client, smollm2_server, tokenizer):
-    reply = client.chat.completions.create(model=smollm2_server.name, messages=MESSAGES, max_tokens=20,
-                                           temperature=0, logprobs=True, extra_body={"return_token_ids": True})
+def test_chat_renders_with_the_chat_format_and_streams_the_same_text(random_client, policy_server, tokenizer):
+    """Sampled with a seed: the random policy's greedy text is one token repeated."""
+    reply = random_client.chat.completions.create(model=policy_server.name, messages=MESSAGES, max_tokens=20,
+                                                  temperature=1, seed=1, logprobs=True,
+                                                  extra_body={"return_token_ids": True})
     choice = reply.choices[0]
     rendered = smollm2_format(tokenizer).render(MESSAGES, add_generation_prompt=True).token_ids
     assert reply.model_extra["prompt_token_ids"] == rendered
@@ -88,8 +90,9 @@ def test_chat_renders_with_the_chat_format_and_streams_the_same_text(client, smo
     assert choice.message.content == tokenizer.decode(token_ids, skip_special_tokens=True).strip()
     assert choice.message.content and choice.message.role == "assistant"
 
-    stream = client.chat.completions.create(model=smollm2_server.name, messages=MESSAGES, max_tokens=20,
-                                            temperature=0, stream=True, stream_options={"include_usage": True})
+    stream = random_client.chat.completions.create(model=policy_server.name, messages=MESSAGES, max_tokens=20,
+                                                   temperature=1, seed=1, stream=True,
+                                                   stream_options={"include_usage": True})
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text.strip() == choice.message.content
@@ -112,11 +115,12 @@ def test_top_logprobs_are_the_most_likely_tokens(random_client, policy_server):
                for top, lp in zip(text.top_logprobs, text.token_logprobs, strict=True))  # greedy: the best is taken
 
 
-def test_completion_stream_with_a_stop_string(client, smollm2_server):
-    kwargs = {"model": smollm2_server.name, "prompt": "1, 2, 3, 4, 5, 6, 7,", "max_tokens": 24, "temperature": 0}
-    full = client.completions.create(**kwargs).choices[0].text
+def test_completion_stream_with_a_stop_string(random_client, policy_server):
+    kwargs = {"model": policy_server.name, "prompt": "1, 2, 3, 4, 5, 6, 7,", "max_tokens": 24, "temperature": 1,
+              "seed": 1}
+    full = random_client.completions.create(**kwargs).choices[0].text
     stop = full[4:7]
-    streamed = list(client.completions.create(stream=True, stop=[stop], **kwargs))
+    streamed = list(random_client.completions.create(stream=True, stop=[stop], **kwargs))
     assert "".join(c.choices[0].text for c in streamed) == full[: full.index(stop)]
     assert streamed[-1].choices[0].finish_reason == "stop"
 
@@ -133,8 +137,8 @@ def test_litellm_talks_to_the_server(random_client, policy_server):
     assert "".join(c.choices[0].delta.content or "" for c in streamed).strip() == expected
 
 
-def test_bad_requests_get_openai_errors(client, smollm2_server):
-    name = smollm2_server.name
+def test_bad_requests_get_openai_errors(random_client, policy_server):
+    client, name = random_client, policy_server.name
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.chat.completions.create(model="gpt-9", messages=MESSAGES)
     with pytest.raises(openai.BadRequestError, match="context"):
@@ -151,10 +155,10 @@ def test_bad_requests_get_openai_errors(client, smollm2_server):
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}])
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
         client.chat.completions.create(model=name, messages=MESSAGES, logprobs=True, top_logprobs=30)
-    raw = httpx.post(f"{smollm2_server.url}/chat/completions", content=b"{not json", timeout=10,
+    raw = httpx.post(f"{policy_server.url}/chat/completions", content=b"{not json", timeout=10,
                      headers={"content-type": "application/json"})
     assert raw.status_code == 400 and "message" in raw.json()["error"]
-    assert smollm2_server.process.poll() is None  # and the server is still up
+    assert policy_server.process.poll() is None  # and the server is still up
     assert client.models.list().data
 
 
