@@ -226,6 +226,13 @@ def agent(tmp_path) -> Iterator[Agent]:
         process.wait(10)
 
 
+def xla_at_o0() -> dict[str, str]:
+    """This environment with XLA's LLVM at -O0: for a process that compiles big programs and runs them a few
+    times (SmolLM2's 30 layers are unrolled in every program), where -O1 compiles for longer than it saves."""
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split() if "optimization_level" not in flag]
+    return {**os.environ, "XLA_FLAGS": " ".join([*flags, "--xla_backend_optimization_level=0"])}
+
+
 @dataclass
 class ModelProcess:
     url: str  # ends in /v1
@@ -234,11 +241,13 @@ class ModelProcess:
     process: subprocess.Popen
 
 
-def cli_server(args: list[str], port: int, log_path: str, timeout: float = 120.0) -> Iterator[subprocess.Popen]:
-    """``orchard <args>`` as a process, yielded once its ``/health`` on ``port`` answers, then stopped."""
+def cli_server(args: list[str], port: int, log_path: str, timeout: float = 120.0,
+               env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """``orchard <args>`` as a process (in ``env``, default this one's), yielded once its ``/health`` on
+    ``port`` answers, then stopped."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "orchard.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
+                                   stdin=subprocess.DEVNULL, env=env)
 
     def healthy() -> bool:
         if process.poll() is not None:
@@ -257,12 +266,13 @@ def cli_server(args: list[str], port: int, log_path: str, timeout: float = 120.0
         process.wait(20)
 
 
-def start_model_server(model_path: str, log_path: str, extra: Sequence[str] = ()) -> Iterator[ModelProcess]:
+def start_model_server(model_path: str, log_path: str, extra: Sequence[str] = (),
+                       env: dict[str, str] | None = None) -> Iterator[ModelProcess]:
     """A real ``orchard serve`` of ``model_path`` (fp32) on a free loopback port, stopped afterwards
-    (``extra``: more of its arguments)."""
+    (``extra``: more of its arguments; ``env``: its environment)."""
     port = free_port()
     for process in cli_server(["serve", "--model", model_path, "--port", str(port), "--dtype", "float32", *extra],
-                              port, log_path):
+                              port, log_path, env=env):
         yield ModelProcess(f"http://127.0.0.1:{port}/v1", model_path, model_path, process)
 
 
@@ -272,7 +282,8 @@ def smollm2_server(tmp_path_factory) -> Iterator[ModelProcess]:
     against transformers (its greedy tokens)."""
     from orchard.models.shipped import smollm2_gguf
 
-    yield from start_model_server(smollm2_gguf(), str(tmp_path_factory.mktemp("serve") / "smollm2.log"))
+    yield from start_model_server(smollm2_gguf(), str(tmp_path_factory.mktemp("serve") / "smollm2.log"),
+                                  env=xla_at_o0())
 
 
 @pytest.fixture(scope="session")
