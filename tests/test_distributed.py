@@ -20,6 +20,7 @@ from orchard.env.local import free_port
 from orchard.models.sharding import make_mesh
 from orchard.train.metrics import read_metrics
 from orchard.train.state import batch_sharding
+from tests.conftest import xla_at_o0
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -61,8 +62,9 @@ def test_on_one_process_the_operations_are_the_plain_ones():
 
 
 def _start(workdir: str, processes: int, extra_env: dict[str, str] | None = None) -> list:
-    """Start tests/distributed_learner.py as ``processes`` processes over 4 CPU devices in all."""
-    env = {**os.environ, **(extra_env or {})}
+    """Start tests/distributed_learner.py as ``processes`` processes over 4 CPU devices in all, at LLVM -O0: each
+    compiles three sharded steps and runs them a few times on a tiny model, so compiling is nearly all its work."""
+    env = {**xla_at_o0(), **(extra_env or {})}
     if processes > 1:
         env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{free_port()}", JAX_NUM_PROCESSES=str(processes))
     running = []

@@ -2,7 +2,8 @@
 
 The shipped SmolLM2's greedy tokens against HF ``generate`` are checked through ``orchard serve``
 (tests/rollout/test_server.py), whose continuous batcher gives what this sampler gives alone
-(tests/rollout/test_batching.py): its 30 layers compile for 20 s a program on 2 cores."""
+(tests/rollout/test_batching.py): its 30 layers are unrolled in every program, which takes seconds of CPU to
+compile."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Its tokens against transformers' greedy ones are checked on the shipped SmolLM2; everything else (chat
 rendering and streaming, stop strings, errors, batching, ``n`` choices, top logprobs, litellm) on the session's
 random one-layer policy over SmolLM2's tokenizer and chat template, sampled with a seed where text is wanted (its
-greedy text is one token repeated). Its programs compile in a fraction of the time: each prompt width, batch
+greedy text is one token repeated). The random policy's programs compile in a fraction of the time: each prompt width, batch
 shape and top-logprobs count is a program of its own, 7 to 19 s to compile for SmolLM2's 30 layers on 2 cores."""
 
 from __future__ import annotations
