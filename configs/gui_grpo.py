@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from ml_collections import ConfigDict
 
+from orchard.harness.browser import TOOL_NAMES
 from orchard.models.build import qwen3_vl_4b, tiny_vision_language
 from orchard.models.config import CPU_ATTENTION_BLOCK
 
@@ -49,7 +50,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                "held_out_page_fraction": 0.2, "viewport": (160, 224), "concurrency": 2})
     # Stage 2: the oracle teacher, one episode per SFT instance; the shortest success per instance, K per page.
     config.teacher = ConfigDict({"samples": 1, "cap_per_site": 20, "max_turns": 8, "concurrency": 2})
-    config.harness = ConfigDict({"elements": False, "pool": 4})
+    # The tools the policy is given: the paper's 13 (orchard.harness.browser.TOOLS), whose schemas are ~1,600
+    # tokens of every row's system turn.
+    config.harness = ConfigDict({"elements": False, "tools": TOOL_NAMES, "pool": 4})
     config.tokenizer = ConfigDict({"path": "", "train_vocab": 2048, "split_digits": False})
     config.chat = ConfigDict({"format": "qwen3_vl"})
 
@@ -105,11 +108,14 @@ def get_config(arg: str | None = None) -> ConfigDict:
     elif variant == "smoke":
         config.tasks.update({"pages": ("click-test", "click-button", "click-link"), "sft_seeds": 1, "rl_seeds": 1,
                              "held_out_seeds": 1, "held_out_page_fraction": 0.3})
-        config.sft.update({"num_steps": 4, "log_every": 2, "eval_every": 4, "checkpoint_every": 4})
-        config.rl.update({"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 2, "rows": 16, "eval_every": 1})
+        # The smoke pages take clicks only: two tools' schemas, so rows of under 1,024 tokens.
+        config.harness.tools = ("click", "done")
+        config.sft.update({"num_steps": 4, "log_every": 2, "eval_every": 4, "checkpoint_every": 4, "seq_len": 1024})
+        config.rl.update({"num_steps": 2, "checkpoint_every": 1, "prompts_per_step": 2, "rows": 16, "eval_every": 1,
+                          "seq_len": 1152})
         config.rl.sampler.group_size = 2
         config.rl.curriculum.stages = ({"max_turns": 1, "min_steps": 1, "max_steps_in_stage": 1}, {"max_turns": 2})
-        config.rl.rollout.update({"max_new_tokens": 24, "max_turns": 2})
+        config.rl.rollout.update({"max_new_tokens": 24, "max_turns": 2, "max_context": 1100})
         config.eval.samples = 1
     elif variant == "qwen3vl_4b":
         config.tasks.update({"sft_seeds": 40, "rl_seeds": 200, "held_out_seeds": 20, "concurrency": 32})

@@ -21,7 +21,9 @@ not a 235B model; the policy is a tiny Qwen3-VL trained from scratch over a BPE 
 the pages are a handful of MiniWoB++ pages, not the open web. The policy sees pixels only, as the
 paper's; ``harness.elements`` adds the page's element list beside the screenshot
 (``configs/gui_grpo.py:elements``). docs/benchmarks.md reports both: at this scale neither learns
-more than the other.
+more than the other. ``harness.tools`` names the tools the policy is given: the paper's 13 by default,
+fewer where the pages need fewer (the smoke config's pages take clicks: ``click`` and ``done``, and its
+rows are half as long).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories, save_trajectories
 from orchard.data.vision_rows import ImageTable
 from orchard.eval.runner import Evaluation
-from orchard.harness.browser import SYSTEM_PROMPT, TOOLS, BrowserHarness
+from orchard.harness.browser import SYSTEM_PROMPT, TOOL_NAMES, TOOLS, BrowserHarness
 from orchard.harness.chromium import BrowserSettings
 from orchard.harness.core import DEFAULT_MAX_TURNS, Harness, Limits
 from orchard.harness.episode import EpisodeRunner, SandboxPool
@@ -93,6 +95,7 @@ class GUITeacherConfig:
 @dataclass(frozen=True)
 class GUIHarnessConfig:
     elements: bool = False  # the page's element list beside the screenshot (see the module docstring)
+    tools: tuple[str, ...] = TOOL_NAMES  # the tools the policy is given, by name: the paper's 13, or fewer
     pool: int = 4  # browsers kept between episodes (0: a sandbox per episode, the paper's setting)
 
 
@@ -147,17 +150,23 @@ async def tasks_stage(ctx: Context) -> Split:
                  made_by=stage.fingerprint)
 
 
+def harness_tools(names: Sequence[str]) -> list[dict[str, Any]]:
+    """The schemas of the browser tools ``names`` (``harness.tools``), in the harness's own order."""
+    return [dict(tool) for tool in TOOLS if tool["function"]["name"] in names]
+
+
 def harness(ctx: Context) -> BrowserHarness:
     config: GUIConfig = ctx.settings
     return BrowserHarness(images=ctx.images, elements=config.harness.elements,
-                          context_images=max(config.rl.context_images, 0))
+                          context_images=max(config.rl.context_images, 0), tools=harness_tools(config.harness.tools))
 
 
 async def teacher_stage(ctx: Context, split: Split) -> Teaching:
     """The oracle on every SFT instance; the shortest success per instance, at most K per page."""
     config: GUIConfig = ctx.settings
     stage = Stage(os.path.join(ctx.workdir, "teacher"), "teacher", config.teacher,
-                  {"tasks": split.made_by, "elements": str(config.harness.elements)})
+                  {"tasks": split.made_by, "elements": str(config.harness.elements),
+                   "tools": ",".join(config.harness.tools)})
     path = os.path.join(stage.directory, "trajectories.jsonl")
     if stage.open(ctx.rerun) == "done":
         return Teaching(list(read_trajectories(path)), stage.summary(), stage.fingerprint)
@@ -201,6 +210,8 @@ class GUIFamily(Family):
         tasks, rl = config.tasks, config.rl
         if unknown := [page for page in tasks.pages if page not in CATALOGUE]:
             problems.append(f"tasks.pages: {unknown} are not in the MiniWoB catalogue")
+        if unknown := sorted(set(config.harness.tools) - set(TOOL_NAMES)):
+            problems.append(f"harness.tools: {unknown} are not browser tools (one of {', '.join(TOOL_NAMES)})")
         if not tasks.pages or tasks.sft_seeds < 1 or tasks.rl_seeds < 1:
             problems.append("tasks: need pages, and at least one SFT seed and one RL seed")
         if config.chat_format not in VL_FORMATS:
@@ -230,6 +241,7 @@ class GUIFamily(Family):
         return await teacher_stage(ctx, split)
 
     def tokenizer_texts(self, trajectories: Sequence[Trajectory]) -> list[str]:
+        # every tool's schema, whichever harness.tools gives the policy: one tokenizer for any subset
         return [SYSTEM_PROMPT, json.dumps(TOOLS, ensure_ascii=False), *message_texts(trajectories)]
 
     def fresh_model(self, ctx: Context, tokenizer: Tokenizer) -> Transformer:
@@ -263,7 +275,8 @@ class GUIFamily(Family):
         return f"eval {stage} {pass_} {held_out.replace('_', ' ')}"
 
     def eval_settings(self, settings: GUIConfig) -> dict[str, Any]:
-        return {"context_images": settings.rl.context_images, "elements": settings.harness.elements}
+        return {"context_images": settings.rl.context_images, "elements": settings.harness.elements,
+                "tools": ",".join(settings.harness.tools)}
 
     def policy_options(self, ctx: Context) -> dict[str, Any]:
         return {"images": ctx.images}

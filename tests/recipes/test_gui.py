@@ -34,9 +34,11 @@ def test_the_check_names_each_problem():
     config.rl.curriculum.stages = ({"max_turns": 2}, {"max_turns": 9})
     config.tasks.pages = ("click-test", "no-such-page")
     config.pretrain.num_steps = 10
+    config.harness.tools = ("click", "teleport", "done")
     problems = "\n".join(GUI.check_config(config))
     for expected in ("has no image tokens", "rows_per must be 'turn'", "rl.seq_len (1024)", "allows 9 steps",
-                     "['no-such-page'] are not in the MiniWoB catalogue", "copying lessons are for a text policy"):
+                     "['no-such-page'] are not in the MiniWoB catalogue", "copying lessons are for a text policy",
+                     "harness.tools: ['teleport'] are not browser tools"):
         assert expected in problems, expected
 
 
@@ -64,6 +66,9 @@ def test_the_gui_recipe_end_to_end(orchestrator):
     # 3 pages, ceil(3 x 0.3) = 1 held out whole; the other 2 have 1 SFT seed, 1 RL seed and 1 held-out seed each.
     assert summary["tasks"] == {"sft": 2, "rl": 2, "held_out_seed": 2, "held_out_task": 1}
     assert summary["teacher"]["kept"] == 2 and summary["teacher"]["success_rate"] == 1.0
+    # The policy is given the smoke config's tools only (harness.tools), in teaching and in evaluation.
+    for trajectory in read_trajectories(os.path.join(workdir, "from_sft", "teacher", "trajectories.jsonl")):
+        assert [tool["function"]["name"] for tool in trajectory.tools] == ["click", "done"]
     passes = {"init": {"greedy"}, "sft": {"greedy", "sampled"}, "rl": {"greedy", "sampled"}}
     for held_out in ("held_out_seed", "held_out_task"):
         by_stage = arm.held_out[held_out]["browser"]
@@ -74,6 +79,7 @@ def test_the_gui_recipe_end_to_end(orchestrator):
                 episodes = list(read_trajectories(episodes_path(folder)))
                 assert len(episodes) == by_stage[stage][pass_]["episodes"] == arm.tasks[held_out]
                 assert all(t.messages[2].images for t in episodes if t.outcome.reward is not None)
+                assert all([tool["function"]["name"] for tool in t.tools] == ["click", "done"] for t in episodes)
         assert arm.changes[held_out]["browser"]["rl_vs_sft"] == sampled_change(
             *(eval_directory(os.path.join(workdir, "from_sft"), held_out, "browser", stage, "sampled")
               for stage in ("sft", "rl")))
