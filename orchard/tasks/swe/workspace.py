@@ -104,8 +104,10 @@ def _shim(python: str, python_path: str, module: str = "") -> str:
 
 
 async def _choose_python(sandbox: Any, candidates: list[str]) -> str:
-    probe = "; ".join(
-        f"{shlex.quote(c)} -c 'import pytest, sys; print(sys.executable)' 2>/dev/null && exit 0" for c in candidates)
+    """The first of ``candidates`` that has pytest installed (found, not imported: importing it took a tenth of a
+    core-second a workspace)."""
+    find = "import importlib.util, sys; print(sys.executable) if importlib.util.find_spec('pytest') else sys.exit(1)"
+    probe = "; ".join(f"{shlex.quote(c)} -c {shlex.quote(find)} 2>/dev/null && exit 0" for c in candidates)
     result = await sandbox.exec(f"{probe}; exit 1", timeout=120)
     lines = result.stdout.strip().splitlines()
     if result.exit_code != 0 or not lines:

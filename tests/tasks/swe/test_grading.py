@@ -147,6 +147,10 @@ def test_setup_and_grade_refuse_clearly(client, instance, tmp_path):
         junk.write_text("junk")
         with pytest.raises(SetupError, match="neither a directory nor a readable tarball"):
             fresh.run_async(setup_workspace, replace(instance, repo_path=str(junk)))
+        # Debian's own interpreter has no pytest; a command that is not there is no better
+        for python in ("/usr/bin/python3", "no-such-python"):
+            with pytest.raises(SetupError, match=f"no Python with pytest in the sandbox \\(tried {python}\\)"):
+                fresh.run_async(setup_workspace, instance, python=python)
 
 async def test_async_evaluation_of_a_generated_bug(orchestrator, tmp_path):
     [bug] = generate(shipped_source("minicalc"), 1, str(tmp_path), seed=5)
