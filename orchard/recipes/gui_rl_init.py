@@ -11,10 +11,13 @@ import os
 from ml_collections import ConfigDict
 
 from orchard.recipes.gui import GUI, HELD_OUT
-from orchard.recipes.runner import RecipeResult, run_recipe
+from orchard.recipes.runner import RecipeResult, eval_directory, run_recipe
 from orchard.workdir import write_json
 
-SHARED_STAGES = ("images", "tasks", "teacher", "tokenizer")  # what both arms of the RL-init ablation use
+# What both arms of the RL-init ablation use: the stages before SFT, and the initial policy's greedy evaluation
+# (the same policy, tasks and seeds in both arms: the same episodes, so the second arm reuses the first's).
+SHARED_STAGES = ("images", "tasks", "teacher", "tokenizer",
+                 *(eval_directory("", held_out, "browser", "init", "greedy") for held_out in HELD_OUT))
 
 
 def run_rl_init_ablation(config: ConfigDict, workdir: str, *, rerun: bool = False) -> dict[str, RecipeResult]:
@@ -25,9 +28,9 @@ def run_rl_init_ablation(config: ConfigDict, workdir: str, *, rerun: bool = Fals
 async def arun_rl_init_ablation(config: ConfigDict, workdir: str, *, rerun: bool = False) -> dict[str, RecipeResult]:
     """The paper's Figure 7 question: GRPO from the SFT checkpoint (``from_sft``) against GRPO from the
     initial model (``from_init``, ``sft.num_steps = 0``) at an equal rollout budget (the same RL config).
-    Both arms share one set of tasks, teacher trajectories and tokenizer (the second arm's folders link
-    to the first's), so they differ in where RL starts and nothing else. Each arm is a recipe workdir:
-    a rerun reuses what is done."""
+    Both arms share one set of tasks, teacher trajectories and tokenizer, and the initial policy's greedy
+    evaluation (the second arm's folders link to the first's), so they differ in where RL starts and nothing
+    else. Each arm is a recipe workdir: a rerun reuses what is done."""
     arms = {"from_sft": config, "from_init": config.copy_and_resolve_references()}
     arms["from_init"].sft.num_steps = 0
     results = {}
@@ -38,6 +41,7 @@ async def arun_rl_init_ablation(config: ConfigDict, workdir: str, *, rerun: bool
             for stage in SHARED_STAGES:
                 link, target = os.path.join(directory, stage), os.path.join(workdir, "from_sft", stage)
                 if not os.path.lexists(link) and os.path.exists(target):
+                    os.makedirs(os.path.dirname(link), exist_ok=True)
                     with contextlib.suppress(FileExistsError):  # another run over this workdir linked it first
                         os.symlink(os.path.abspath(target), link)
         results[name] = await run_recipe(GUI, arm, directory, rerun=rerun)
