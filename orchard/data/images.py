@@ -14,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import struct
 import tempfile
+import weakref
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -83,6 +85,14 @@ class ImageStore:
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = os.fspath(root)
         os.makedirs(self.root, exist_ok=True)
+
+    @classmethod
+    def temporary(cls, prefix: str = "orchard-images-") -> ImageStore:
+        """A store in a fresh temporary directory that is removed with the store (when it is collected,
+        or when the interpreter exits): for images no one keeps after the objects that hold them."""
+        store = cls(tempfile.mkdtemp(prefix=prefix))
+        weakref.finalize(store, shutil.rmtree, store.root, ignore_errors=True)
+        return store
 
     def path(self, ref: ImageRef) -> str:
         return os.path.join(self.root, ref.sha256[:2], f"{ref.sha256}.{MEDIA_EXTENSIONS[ref.media_type]}")

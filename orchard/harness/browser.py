@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,13 +104,14 @@ ONE_CALL = "ERROR: call exactly one tool per turn; you called {count}. Nothing w
 class BrowserHarness:
     """The 13-tool browser harness (see the module docstring).
 
-    ``images``: where screenshots go (a workdir's ``images/``; default a fresh temporary directory);
+    ``images``: where screenshots go (a workdir's ``images/``; default a fresh temporary directory,
+    removed with the harness);
     ``elements``: add the visible elements' list to each observation; ``context_images``: how many
     of the latest screenshots a policy keeps in its prompt (recorded for the policies and the
     trainer; every screenshot stays in the trajectory).
     """
 
-    images: ImageStore = field(default_factory=lambda: ImageStore(tempfile.mkdtemp(prefix="orchard-images-")))
+    images: ImageStore = field(default_factory=ImageStore.temporary)
     elements: bool = False
     context_images: int = 1
     system_prompt: str = SYSTEM_PROMPT

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import io
+import os
 import struct
 import zlib
 
@@ -31,6 +33,15 @@ def test_any_supported_image_is_stored_with_its_type_and_found_by_hash(tmp_path)
         store.put(png((1, 2, 3), kind="GIF"))
     with pytest.raises(ValueError, match="not a readable image"):
         store.put(png((1, 2, 3))[:40])  # truncated
+
+
+def test_a_temporary_store_is_removed_with_the_store():
+    store = ImageStore.temporary()
+    root, ref = store.root, store.put(png((9, 9, 9)))
+    assert os.path.basename(root).startswith("orchard-images-") and store.read(ref)
+    del store
+    gc.collect()
+    assert not os.path.exists(root)
 
 
 def _chunk(kind: bytes, body: bytes) -> bytes:
