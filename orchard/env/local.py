@@ -57,6 +57,9 @@ class LocalServer(Endpoint):
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        from orchard.env.backends.etc import reap_etc_layers  # Linux only, as the local backend is
+
+        reap_etc_layers(self.state_dir)  # a crashed process's mount, never removed by its close
         if self._owns_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return self.process.returncode

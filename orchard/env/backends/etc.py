@@ -8,6 +8,11 @@ and stacks it above the host's root in every sandbox's overlay: the sandbox sees
 nothing of the host's, and can still write its own (the overlay's upper layer). The layer lives on a
 tmpfs of its own, as overlayfs refuses a lower layer nested inside another (the host's root).
 
+Each orchestrator process mounts its own layer, ``etc-layer-<pid>`` under the state dir (replicas share a
+state dir, and one replica's close must not unmount what another's sandboxes stack on), and unmounts it at
+close. A process killed before its close leaves its layer mounted: :func:`reap_etc_layers`, run by the next
+orchestrator on the state dir and by ``LocalServer.stop``, removes the layers of processes that are gone.
+
 A backend without root builds the same ``etc`` in a plain directory (no opaque mark, which needs
 ``CAP_SYS_ADMIN``), and ``sandbox_init.sh`` binds it read-only over the sandbox's ``/etc``, as read-only as
 the rest of the host tree there.
@@ -15,10 +20,15 @@ the rest of the host tree there.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import secrets
 import shutil
+
+from orchard.env.backends.rootfs import umount
+
+LAYER_PREFIX = "etc-layer-"
 
 # Top-level names of the host's /etc a sandbox gets (shell patterns).
 ALLOWED = (
@@ -66,3 +76,36 @@ def build_etc_layer(layer: str, source: str = "/etc", opaque: bool = True) -> st
     if opaque:
         os.setxattr(etc, "trusted.overlay.opaque", b"y")  # the host's /etc below it is not merged in
     return layer
+
+
+def etc_layer_path(state_dir: str, pid: int | None = None) -> str:
+    """Where the process ``pid`` (default: this one) mounts its layer under ``state_dir``."""
+    return os.path.join(state_dir, f"{LAYER_PREFIX}{os.getpid() if pid is None else pid}")
+
+
+def reap_etc_layers(state_dir: str) -> list[str]:
+    """Unmount and remove the layers under ``state_dir`` whose process is gone (killed before its close);
+    returns their paths. A layer whose pid now names another process stays (a leak, never a layer in use
+    pulled from under a live orchestrator's sandboxes)."""
+    reaped = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(state_dir):
+            pid = entry.name.removeprefix(LAYER_PREFIX)
+            if entry.name == pid or not pid.isdigit() or _alive(int(pid)):
+                continue
+            if os.path.ismount(entry.path):
+                with contextlib.suppress(OSError):
+                    umount(entry.path)
+            shutil.rmtree(entry.path, ignore_errors=True)
+            reaped.append(entry.path)
+    return reaped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -48,7 +48,7 @@ from importlib import resources
 from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
 from orchard.env.backends.base import SANDBOX_CAPS, BackendError, SandboxHandle
 from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
-from orchard.env.backends.etc import build_etc_layer
+from orchard.env.backends.etc import build_etc_layer, etc_layer_path, reap_etc_layers
 from orchard.env.backends.rootfs import MS_NODEV, MS_NOSUID, RootPlan, mount, umount
 from orchard.env.backends.snapshots import RootSpec, SnapshotStore
 from orchard.env.backends.zygote import Zygote
@@ -169,15 +169,16 @@ class LocalBackend:
 
     def _etc_layer(self) -> str | None:
         """The allow-listed /etc every sandbox on the host's root gets (:mod:`~orchard.env.backends.etc`), on a
-        tmpfs of its own under the state dir (about 1 MiB), mounted on first use and unmounted by :meth:`close`;
-        None, with a warning, where a tmpfs cannot be mounted. Only root backends start sandboxes this way
-        (``sandbox_init.sh`` binds :meth:`_rootless_etc` instead)."""
+        tmpfs of this process's own under the state dir (about 1 MiB), mounted on first use and unmounted by
+        :meth:`close`; None, with a warning, where a tmpfs cannot be mounted. Only root backends start sandboxes
+        this way (``sandbox_init.sh`` binds :meth:`_rootless_etc` instead)."""
         if self.etc_layer is not None or self._etc_failed:
             return self.etc_layer
-        layer = os.path.join(self.state_dir, "etc-layer")
+        reap_etc_layers(self.state_dir)  # those of orchestrators on this state dir killed before their close
+        layer = etc_layer_path(self.state_dir)
         os.makedirs(layer, exist_ok=True)
         try:
-            if os.path.ismount(layer):  # an earlier orchestrator's, on this state dir, killed before its close
+            if os.path.ismount(layer):  # a dead process's, whose pid this one reuses
                 umount(layer)
             mount("tmpfs", layer, "tmpfs", MS_NOSUID | MS_NODEV, "size=128m,mode=0755")
             self.etc_layer = build_etc_layer(layer)
@@ -456,6 +457,7 @@ class LocalBackend:
         if self.etc_layer:
             with contextlib.suppress(OSError):
                 umount(self.etc_layer)
+            shutil.rmtree(self.etc_layer, ignore_errors=True)
         if self.cgroups.available:
             self.cgroups.remove_group()
 

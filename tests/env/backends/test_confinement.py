@@ -16,7 +16,10 @@ import pytest
 
 import orchard
 from orchard.env.agent.confine import build_filter
+from orchard.env.backends.etc import LAYER_PREFIX, etc_layer_path
 from orchard.env.backends.local import host_view
+from orchard.env.local import local_server
+from tests.conftest import require_root
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(orchard.__file__)))
 PACKAGE = os.path.dirname(os.path.abspath(orchard.__file__))
@@ -138,6 +141,32 @@ def test_etc_is_an_allow_list_of_the_host_s_and_the_sandbox_s_own_to_write(clien
     assert not os.path.exists("/etc/orchard-note")
     with client.create(memory="256Mi") as other:
         assert other.exec("cat /etc/orchard-note").exit_code != 0
+
+
+def test_each_orchestrator_mounts_its_own_etc_and_a_killed_one_s_is_reaped(tmp_path):
+    """Replicas share a state dir: each process stacks its own layer, so one's close cannot leave another's
+    sandboxes over the host's /etc. A killed process's layer stays mounted until the next orchestrator on the
+    state dir starts a sandbox, or ``LocalServer.stop`` runs; then it is gone."""
+    require_root()
+    state_dir = str(tmp_path / "state")
+    first = local_server(state_dir=state_dir)
+    with first.client() as client:
+        assert client.create(heartbeat=False).exec("cat /etc/hostname").stdout == "sandbox\n"
+    first_layer = etc_layer_path(state_dir, first.process.pid)
+    assert os.path.ismount(first_layer)
+    first.kill()
+    assert os.path.ismount(first_layer)  # as a crash leaves it
+    second = local_server(state_dir=state_dir, api_key=first.api_key)
+    try:
+        with second.client() as client:
+            assert client.create(heartbeat=False).exec("cat /etc/hostname").stdout == "sandbox\n"
+        assert not os.path.exists(first_layer) and os.path.ismount(etc_layer_path(state_dir, second.process.pid))
+        second.kill()
+    finally:
+        second.stop()
+    assert not [name for name in os.listdir(state_dir) if name.startswith(LAYER_PREFIX)]
+    with open("/proc/self/mountinfo") as mounts:
+        assert state_dir not in mounts.read()
 
 
 def test_another_sandbox_s_workspace_is_out_of_reach(client, sandbox):

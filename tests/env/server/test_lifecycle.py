@@ -126,16 +126,24 @@ def test_stopping_the_orchestrator_deletes_its_sandboxes():
 
 def test_leaked_sandboxes_are_reaped(orchestrator):
     # A sandbox with backend resources but no record (an orchestrator that crashed mid-create).
-    backend = LocalBackend(orchestrator.state_dir)
-    orchestrator.process.send_signal(signal.SIGSTOP)  # its reaper must not see the sandbox half made
-    try:
-        handle = asyncio.run(backend.create("leaked0000000000", SandboxSpec()))
-        wait_until(lambda: os.path.exists(handle.agent_url.removeprefix("unix://")), what="the agent to listen")
-    finally:
-        orchestrator.process.send_signal(signal.SIGCONT)
-    leaked_dir = handle.data["dir"]
-    wait_until(lambda: not os.path.exists(leaked_dir), timeout=15, what="orphan reaping")
-    wait_until(lambda: not process_alive(handle.data["pid"]), what="orphan processes to die")
+    async def leak_and_watch() -> None:
+        backend = LocalBackend(orchestrator.state_dir)
+        try:
+            orchestrator.process.send_signal(signal.SIGSTOP)  # its reaper must not see the sandbox half made
+            try:
+                handle = await backend.create("leaked0000000000", SandboxSpec())
+                await asyncio.to_thread(wait_until, lambda: os.path.exists(handle.agent_url.removeprefix("unix://")),
+                                        what="the agent to listen")
+            finally:
+                orchestrator.process.send_signal(signal.SIGCONT)
+            await asyncio.to_thread(wait_until, lambda: not os.path.exists(handle.data["dir"]), timeout=15,
+                                    what="orphan reaping")
+            await asyncio.to_thread(wait_until, lambda: not process_alive(handle.data["pid"]),
+                                    what="orphan processes to die")
+        finally:
+            await backend.close()  # this process's /etc layer, which no orchestrator may take away
+
+    asyncio.run(leak_and_watch())
 
 
 def test_crashed_orchestrator_leaves_sandboxes_that_a_restart_reaps():
