@@ -249,6 +249,11 @@ def test_execs_are_serialised_across_replicas(redis_url, tmp_path):
                 return [r.exit_code for r in results]
 
         assert asyncio.run(race()) == [0, 0, 0, 0]
+        with replica_b.client() as client:  # each replica stacks its own /etc layer: one's close spares the other's
+            client.create(heartbeat=False).delete()
+            replica_a.stop()
+            with client.create(heartbeat=False) as after:
+                assert after.exec("cat /etc/hostname").stdout == "sandbox\n"
     finally:
         with replica_b.client() as client:
             client.delete(sandbox_id)  # with a shared store, stopping a replica keeps its sandboxes
