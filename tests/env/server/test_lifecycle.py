@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import time
 
@@ -122,6 +123,7 @@ def test_stopping_the_orchestrator_deletes_its_sandboxes():
         assert os.listdir(os.path.join(state_dir, "sandboxes")) == []
     finally:
         server.stop()
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_leaked_sandboxes_are_reaped(orchestrator):
