@@ -26,6 +26,7 @@ import os
 import secrets
 import shutil
 
+from orchard.env.backends.procfs import start_time
 from orchard.env.backends.rootfs import umount
 
 LAYER_PREFIX = "etc-layer-"
@@ -91,7 +92,7 @@ def reap_etc_layers(state_dir: str) -> list[str]:
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(state_dir):
             pid = entry.name.removeprefix(LAYER_PREFIX)
-            if entry.name == pid or not pid.isdigit() or _alive(int(pid)):
+            if entry.name == pid or not pid.isdigit() or start_time(int(pid)) is not None:
                 continue
             if os.path.ismount(entry.path):
                 with contextlib.suppress(OSError):
@@ -100,12 +101,3 @@ def reap_etc_layers(state_dir: str) -> list[str]:
             reaped.append(entry.path)
     return reaped
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

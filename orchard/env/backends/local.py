@@ -49,6 +49,7 @@ from orchard.env.api import ErrorCode, SandboxSpec, SnapshotInfo
 from orchard.env.backends.base import SANDBOX_CAPS, BackendError, SandboxHandle
 from orchard.env.backends.cgroups import CgroupManager, Limits, rlimit_argv
 from orchard.env.backends.etc import build_etc_layer, etc_layer_path, reap_etc_layers
+from orchard.env.backends.procfs import start_time
 from orchard.env.backends.rootfs import MS_NODEV, MS_NOSUID, RootPlan, mount, umount
 from orchard.env.backends.snapshots import RootSpec, SnapshotStore
 from orchard.env.backends.zygote import Zygote
@@ -66,21 +67,6 @@ DEFAULT_HIDE = ("/var/tmp", "/var/lib", "/var/cache", "/var/log", "/var/mail", "
 # shipped repositories and answers, the recipes) is hidden inside the package's bind mount.
 AGENT_PACKAGES = ("env", "__pycache__")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def _start_time(pid: int) -> int | None:
-    """The start time in clock ticks of a live process (guards against pid reuse); None once it has
-    exited, zombies included: a launcher whose orchestrator died is reaped by whoever adopted it,
-    maybe never."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    try:
-        return None if fields[0] in ("Z", "X") else int(fields[19])
-    except (IndexError, ValueError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -375,7 +361,7 @@ class LocalBackend:
 
     def _launched(self, sandbox_id: str, sandbox_dir: str, pid: int, token: str) -> SandboxHandle:
         """Record the launcher (or, from the zygote, the sandbox's PID 1) to find it again."""
-        data = {"pid": pid, "start_time": _start_time(pid), "dir": sandbox_dir}
+        data = {"pid": pid, "start_time": start_time(pid), "dir": sandbox_dir}
         with open(os.path.join(sandbox_dir, "launcher.json"), "w") as handle:
             json.dump(data, handle)
         return SandboxHandle(sandbox_id, f"unix://{sandbox_dir}/run/agent.sock", token, data)
@@ -395,7 +381,7 @@ class LocalBackend:
         if process is not None:
             return process.returncode is None
         pid, started = handle.data.get("pid"), handle.data.get("start_time")
-        return bool(pid) and started is not None and _start_time(pid) == started
+        return bool(pid) and started is not None and start_time(pid) == started
 
     async def delete(self, handle_or_id: SandboxHandle | str) -> None:
         sandbox_id = handle_or_id if isinstance(handle_or_id, str) else handle_or_id.id
@@ -438,7 +424,7 @@ class LocalBackend:
         except (FileNotFoundError, json.JSONDecodeError):
             data = {}
         pid = data.get("pid")
-        if pid and _start_time(pid) == data.get("start_time"):
+        if pid and start_time(pid) == data.get("start_time"):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # launcher session: unshare and, with isolation=none, the agent
             for child in _children(pid):
