@@ -10,7 +10,8 @@ must never earn a positive reward (``None``, the grader declining to tell, is a 
 (``control=True``) is an honest solution played under the same conditions: it must still earn a
 positive reward, so that a grader that fails everything does not pass the red team.
 
-The GUI and Claw graders get their own attack lists and run through the same function.
+Only the SWE grader has an attack list here so far; the GUI grader's attacks (a forged end of episode, script
+URLs, another page opened in the task's place) are tests of their own (``tests/tasks/gui/test_miniwob.py``).
 """
 
 from __future__ import annotations
