@@ -15,7 +15,8 @@ SUPPORTED = ("llama", "qwen2", "qwen3", "qwen3_moe")
 # 30.5B parameters), what a large variant names for the directory it will load (``--dry-run`` plans from it).
 PRESETS: dict[str, dict] = {
     "tiny": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 192, "num_layers": 2, "num_heads": 4,
-             "num_kv_heads": 2, "head_dim": 16, "tie_word_embeddings": True, "max_position_embeddings": 2048},
+             "num_kv_heads": 2, "head_dim": 16, "tie_word_embeddings": True, "max_position_embeddings": 2048,
+             "copy_head": 0},
     "qwen3_30b_a3b": {"model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
                       "intermediate_size": 6144, "num_layers": 48, "num_heads": 32, "num_kv_heads": 4,
                       "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1_000_000.0, "qk_norm": True,
@@ -51,6 +52,9 @@ class ModelConfig:
     max_position_embeddings: int = 4096
     # Multimodal rotary positions (Qwen3-VL's text model): frequencies per axis (temporal, height, width).
     mrope_section: tuple[int, ...] = ()
+    # A copy head of this width (orchard.models.copy_head: a pointer over the context mixed into the output);
+    # 0: none. Orchard's own: written to config.json as `orchard_copy_head`, which transformers does not read.
+    copy_head: int = 0
     # Mixture of experts (Qwen3-MoE); num_experts == 0 means a dense model.
     num_experts: int = 0
     num_experts_per_tok: int = 0
@@ -124,6 +128,7 @@ class ModelConfig:
             o_bias=False if model_type == "qwen2" else attention_bias,
             qk_norm=model_type in ("qwen3", "qwen3_moe"),
             max_position_embeddings=hf.get("max_position_embeddings", 4096),
+            copy_head=int(hf.get("orchard_copy_head", 0)),
         )
         if model_type == "qwen3_moe":
             fields.update(
@@ -160,6 +165,8 @@ class ModelConfig:
         }
         if self.model_type != "qwen2":
             hf["attention_bias"] = self.qkv_bias
+        if self.copy_head:
+            hf["orchard_copy_head"] = self.copy_head
         if self.num_experts:
             hf.update(num_experts=self.num_experts, num_experts_per_tok=self.num_experts_per_tok,
                       moe_intermediate_size=self.moe_intermediate_size, norm_topk_prob=self.norm_topk_prob,

@@ -1,5 +1,6 @@
 """How a model's parameters are drawn: normally from the model's random streams, or, when only their shapes
-are wanted (loading a checkpoint, planning a run), from one fixed key."""
+are wanted (loading a checkpoint, planning a run), from one fixed key; and the linear layer every module builds
+from them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
+
+from orchard.models.config import ModelConfig
 
 M = TypeVar("M")
 
@@ -16,6 +20,20 @@ def normal_param(rngs: nnx.Rngs | ShapeOnlyRngs, shape: tuple[int, ...], dtype: 
                  scale: float = 0.02) -> nnx.Param:
     """A parameter drawn from ``N(0, scale²)`` with the stream ``rngs.params``, annotated with its logical axes."""
     return nnx.Param(scale * jax.random.normal(rngs.params(), shape, dtype), logical_axes=axes)
+
+
+class Linear(nnx.Module):
+    def __init__(self, d_in: int, d_out: int, *, bias: bool, axes: tuple[str | None, str | None],
+                 cfg: ModelConfig, rngs: nnx.Rngs) -> None:
+        self.kernel = normal_param(rngs, (d_in, d_out), cfg.param_dtype, axes)  # [in, out]
+        self.bias = nnx.Param(jnp.zeros((d_out,), cfg.param_dtype), logical_axes=(axes[1],)) if bias else None
+        self.dtype = cfg.dtype
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = x @ self.kernel[...].astype(self.dtype)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
 
 
 class ShapeOnlyRngs:

@@ -35,18 +35,15 @@ import numpy as np
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
+from orchard.models.cache import KVCache, write_slots
 from orchard.models.config import ModelConfig
-from orchard.models.params import normal_param
+from orchard.models.copy_head import CopyHead
+from orchard.models.params import Linear, normal_param
 
 # Causal attention without a cache runs in up to CAUSAL_BLOCKS query blocks of at least
 # CAUSAL_BLOCK_MIN tokens (:func:`attend_causal`); the cap keeps long contexts to a few traced blocks.
 CAUSAL_BLOCKS, CAUSAL_BLOCK_MIN = 8, 128
 REMAT = ("none", "layer")  # ModelConfig.remat: no rematerialisation, or each decoder layer's activations
-
-
-class KVCache(NamedTuple):
-    k: jax.Array  # [B, S, K, Dh]
-    v: jax.Array  # [B, S, K, Dh]
 
 
 class Segments(NamedTuple):
@@ -55,20 +52,6 @@ class Segments(NamedTuple):
     builds one (:func:`attend_blockwise`)."""
 
     ids: jax.Array  # [B, T]
-
-
-class Linear(nnx.Module):
-    def __init__(self, d_in: int, d_out: int, *, bias: bool, axes: tuple[str | None, str | None],
-                 cfg: ModelConfig, rngs: nnx.Rngs) -> None:
-        self.kernel = normal_param(rngs, (d_in, d_out), cfg.param_dtype, axes)  # [in, out]
-        self.bias = nnx.Param(jnp.zeros((d_out,), cfg.param_dtype), logical_axes=(axes[1],)) if bias else None
-        self.dtype = cfg.dtype
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        y = x @ self.kernel[...].astype(self.dtype)
-        if self.bias is not None:
-            y = y + self.bias[...].astype(self.dtype)
-        return y
 
 
 class RMSNorm(nnx.Module):
@@ -149,7 +132,7 @@ class Attention(nnx.Module):
         if segments and not (causal and (cache is None or fresh)):
             raise ValueError("a Segments mask is for a causal pass over its own tokens (no cache, or an empty one)")
         if cache is not None:
-            cache = KVCache(_write(cache.k, k, write_index), _write(cache.v, v, write_index))
+            cache = KVCache(write_slots(cache.k, k, write_index), write_slots(cache.v, v, write_index))
             if fresh:  # a prefill into an empty cache: the keys are this pass's own, and causal
                 mask = mask if segments else mask[:, :, :t]
             else:
@@ -163,15 +146,6 @@ class Attention(nnx.Module):
         else:
             out = (attend_causal if causal and (cache is None or fresh) else attend)(q, k, v, mask)
         return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), cache
-
-
-def _write(cache: jax.Array, update: jax.Array, index: jax.Array | int) -> jax.Array:
-    """``update [B, T, K, Dh]`` written into ``cache [B, S, K, Dh]`` from slot ``index``: one slot for
-    every row, or with ``index`` of shape ``[B]`` each row's own (continuous batching)."""
-    update = update.astype(cache.dtype)
-    if jnp.ndim(index) == 1:
-        return jax.vmap(lambda row, new, at: jax.lax.dynamic_update_slice(row, new, (at, 0, 0)))(cache, update, index)
-    return jax.lax.dynamic_update_slice(cache, update, (0, index, 0, 0))
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -537,11 +511,14 @@ def output_weight(decoder: Decoder, lm_head: Linear | None) -> jax.Array:
 class Transformer(nnx.Module):
     """``model(tokens)``: int32 ``[B, T]`` -> logits ``[B, T, V]`` (float32)."""
 
+    copy_head: CopyHead | None = None  # with cfg.copy_head: the pointer mixed into the logits (a VLM has none)
+
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs) -> None:
         self.cfg = cfg
         self.model = Decoder(cfg, rngs)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(
             cfg.hidden_size, cfg.vocab_size, bias=False, axes=("embed", "vocab"), cfg=cfg, rngs=rngs)
+        self.copy_head = CopyHead(cfg, rngs) if cfg.copy_head else None
 
     def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
                  segment_ids: jax.Array | None = None, head: bool = True) -> jax.Array:
@@ -574,12 +551,47 @@ class Transformer(nnx.Module):
         so attention can skip the upper triangle. ``logits_at [B]``: return only the logits of that token
         of each row (``[B, 1, V]``), so a prefill does not compute the vocabulary projection of every
         prompt token. ``head`` False: the final-normed hidden states instead of the logits."""
-        return decode(self.decoder, self.lm_head, self.decoder.embed_tokens(tokens), positions, mask, caches,
-                      write_index, causal, logits_at, head=head)
+        embedded = self.decoder.embed_tokens(tokens)
+        if self.copy_head is None:
+            return decode(self.decoder, self.lm_head, embedded, positions, mask, caches, write_index, causal,
+                          logits_at, head=head)
+        hidden, layer_caches = decode(self.decoder, self.lm_head, embedded, positions, mask,
+                                      None if caches is None else caches[:-1], write_index, causal, head=False)
+        b, t = tokens.shape
+        fresh = caches is None or (causal and isinstance(write_index, int) and write_index == 0)
+        segment_ids = mask.ids if isinstance(mask, Segments) else None
+        if segment_ids is not None:
+            mask = causal_mask(b, t, segment_ids)
+        elif fresh:
+            mask = mask[:, :, :t]
+        pointer, copy_cache = self.copy_head.point(hidden, tokens, self.decoder.embed_tokens, mask, segment_ids,
+                                                   None if caches is None else tuple(caches[-1]), write_index, fresh,
+                                                   logits_at)
+        new_caches = None if caches is None else [*layer_caches, KVCache(*copy_cache)]
+        if not head:
+            return hidden, new_caches
+        if logits_at is not None:
+            hidden = jnp.take_along_axis(hidden, logits_at[:, None, None], axis=1)
+        vocab_logits = (hidden @ self.output_weight().astype(hidden.dtype)).astype(jnp.float32)
+        return self.copy_head.mix(vocab_logits, hidden, pointer), new_caches
+
+    def copy_target_logprobs(self, tokens: jax.Array, hidden: jax.Array, segment_ids: jax.Array,
+                             targets: jax.Array, vocab_logprobs: jax.Array) -> jax.Array:
+        """``log p(target) [B, T]`` of a model with a copy head, from a causal pass's final-normed hidden
+        states (``head=False``) and the vocabulary's ``log softmax(logits)[target]``: what training needs,
+        without the ``[B, T, V]`` mixed distribution."""
+        b, t = tokens.shape
+        pointer, _ = self.copy_head.point(hidden, tokens, self.decoder.embed_tokens, causal_mask(b, t, segment_ids),
+                                          segment_ids, None, 0, True)
+        return self.copy_head.target_logprobs(vocab_logprobs, hidden, pointer, targets)
 
     def init_cache(self, batch: int, length: int, dtype=None) -> list[KVCache]:
-        """Empty KV caches, one per layer: k and v of ``[B, S, K, Dh]``."""
+        """Empty KV caches, one per layer: k and v of ``[B, S, K, Dh]``; with a copy head, one more after them
+        (:meth:`~orchard.models.copy_head.CopyHead.init_cache`)."""
         cfg = self.cfg
         shape = (batch, length, cfg.num_kv_heads, cfg.head_dim)
         dtype = dtype or cfg.dtype
-        return [KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers)]
+        caches = [KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers)]
+        if self.copy_head is not None:  # the copy head's keys and tokens (orchard.models.copy_head)
+            caches.append(KVCache(*self.copy_head.init_cache(batch, length, dtype)))
+        return caches
