@@ -89,7 +89,8 @@ def local_server(
     extra_args: Sequence[str] = (),
 ) -> LocalServer:
     """Start an orchestrator on a free loopback port and wait until it answers: the local backend,
-    unless ``extra_args`` choose another (``["--backend", "kubernetes", ...]``)."""
+    unless ``extra_args`` choose another (``["--backend", "kubernetes", ...]``). It shuts itself down,
+    deleting its sandboxes, once this process has exited, stopped or not (``--exit-with``)."""
     owns_state = state_dir is None
     state_dir = state_dir or tempfile.mkdtemp(prefix="orchard-env-")
     os.makedirs(state_dir, exist_ok=True)
@@ -97,7 +98,7 @@ def local_server(
     port = port or free_port()
     log_path = os.path.join(state_dir, f"orchestrator-{port}.log")
     argv = [sys.executable, "-m", "orchard.cli", "env", "serve", "--host", "127.0.0.1", "--port", str(port),
-            "--state-dir", state_dir, "--reap-interval", str(reap_interval)]
+            "--state-dir", state_dir, "--reap-interval", str(reap_interval), "--exit-with", str(os.getpid())]
     if store:
         argv += ["--store", store]
     if images_dir:

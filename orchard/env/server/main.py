@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import tempfile
+import threading
+import time
 
 import uvicorn
 
 from orchard.env.backends.base import Backend
+from orchard.env.backends.procfs import start_time
 from orchard.env.server.app import create_app
 from orchard.env.store import open_store
 
@@ -46,6 +50,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--no-seccomp", action="store_true",
                         help="local backend: start sandboxes without the seccomp filter (for kernels that refuse it)")
     parser.add_argument("--reap-interval", type=float, default=5.0, help="seconds between TTL/orphan sweeps")
+    parser.add_argument("--exit-with", type=int, default=None, metavar="PID",
+                        help="shut down gracefully (deleting this orchestrator's sandboxes) once process PID has exited: "
+                             "what `orchard.env.local_server` passes, so a launcher killed without the chance to stop it "
+                             "leaves no orchestrator behind")
     parser.add_argument("--log-level", default="info")
     return parser
 
@@ -71,7 +79,30 @@ def serve(args: argparse.Namespace) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     app = create_app(build_backend(args), open_store(args.store), args.api_key, reap_interval=args.reap_interval)
+    if args.exit_with is not None:
+        watch_launcher(args.exit_with)
     # Clients keep idle connections for 30 s; the server must keep them longer, or a request sent on
     # a connection the server is closing at that moment is reset (uvicorn's default is 5 s).
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                 timeout_graceful_shutdown=10, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+
+
+def watch_launcher(pid: int, interval: float = 1.0) -> threading.Thread | None:
+    """A daemon thread that sends this process SIGTERM (uvicorn's graceful shutdown: the sandboxes are deleted)
+    once process ``pid`` has exited, checked every ``interval`` seconds by its start time, so a reused pid is not
+    taken for it. A launcher killed by SIGKILL, or by a SIGTERM that skipped its clean-up, otherwise left its
+    orchestrator running, with its sandboxes, until someone noticed."""
+    if not os.path.isdir("/proc"):  # no procfs to watch it by (not Linux)
+        logging.getLogger(__name__).warning("--exit-with %d: no /proc here; not watching it", pid)
+        return None
+    started = start_time(pid)
+
+    def watch() -> None:
+        while started is not None and start_time(pid) == started:
+            time.sleep(interval)
+        logging.getLogger(__name__).warning("process %d that started this orchestrator has exited: shutting down", pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name="launcher-watch", daemon=True)
+    thread.start()
+    return thread

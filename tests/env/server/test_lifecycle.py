@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from orchard.env import InvalidRequest, SandboxNotFound, local_server
 from orchard.env.api import SandboxSpec
+from orchard.env.backends.etc import reap_etc_layers
 from orchard.env.backends.local import LocalBackend
 from orchard.env.server.lifecycle import SandboxManager
 from orchard.env.server.metrics import Metrics
@@ -124,6 +128,39 @@ def test_stopping_the_orchestrator_deletes_its_sandboxes():
     finally:
         server.stop()
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+LAUNCHER = """
+import json, sys, time
+from orchard.env import local_server
+server = local_server(reap_interval=0.2)
+with server.client() as client:
+    sandbox = client.create(heartbeat=False, ttl=3600)
+print(json.dumps({"state_dir": server.state_dir, "pid": server.process.pid, "sandbox": sandbox.id}), flush=True)
+time.sleep(3600)
+"""
+
+
+def test_an_orchestrator_whose_launcher_is_killed_shuts_down_and_deletes_its_sandboxes():
+    require_root()
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True)
+    state_dir = None
+    try:
+        started = json.loads(launcher.stdout.readline())
+        state_dir = started["state_dir"]
+        pids = sandbox_pids(state_dir, started["sandbox"])
+        assert pids and process_alive(started["pid"])
+        launcher.kill()  # SIGKILL: the launcher stops nothing
+        launcher.wait()
+        wait_until(lambda: not process_alive(started["pid"]), timeout=30, what="the orphaned orchestrator's exit")
+        assert not any(process_alive(pid) for pid in pids)
+        assert os.listdir(os.path.join(state_dir, "sandboxes")) == []
+    finally:
+        launcher.kill()
+        launcher.wait()
+        if state_dir:
+            reap_etc_layers(state_dir)
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_leaked_sandboxes_are_reaped(orchestrator):
