@@ -80,8 +80,8 @@ def test_packed_segments_neither_point_nor_look_across_their_boundary(model, tok
     batch = _batch(packed, segment_ids)
     batch["positions"] = jnp.asarray([list(range(10)) + list(range(14))])
     batch["targets"] = jnp.concatenate([jnp.roll(first, -1, 1), jnp.roll(second, -1, 1)], axis=1)
-    alone = batch_target_logprobs(model, _batch(second))
-    np.testing.assert_allclose(batch_target_logprobs(model, batch)[:, 10:], alone, atol=1e-5)
+    logprobs = nnx.jit(batch_target_logprobs)
+    np.testing.assert_allclose(logprobs(model, batch)[:, 10:], logprobs(model, _batch(second)), atol=1e-5)
 
 
 @pytest.mark.parametrize("per_row_index", [False, True])
@@ -92,10 +92,11 @@ def test_decoding_over_the_cache_gives_the_full_pass(model, tokens, per_row_inde
     logits, caches = model.forward(tokens[:, :prompt], _positions(2, LENGTH)[:, :prompt], mask, caches, 0,
                                    causal=True)
     np.testing.assert_allclose(logits, full[:, :prompt], atol=1e-5)
+    step = nnx.jit(lambda model, *args: model.forward(*args))  # the write index traced: one compiled step
     for slot in range(prompt, LENGTH):
-        index = jnp.full((2,), slot) if per_row_index else slot
+        index = jnp.full((2,), slot) if per_row_index else jnp.int32(slot)
         mask = jnp.broadcast_to(jnp.arange(LENGTH) <= slot, (2, 1, LENGTH))
-        logits, caches = model.forward(tokens[:, slot:slot + 1], jnp.full((2, 1), slot), mask, caches, index)
+        logits, caches = step(model, tokens[:, slot:slot + 1], jnp.full((2, 1), slot), mask, caches, index)
         np.testing.assert_allclose(logits[:, 0], full[:, slot], atol=1e-5)
 
 
