@@ -16,10 +16,11 @@ proposes the token at ``j`` as the next one; a gate ``g_t`` mixes the two distri
 Where it points is an induction head built in rather than learned (Olsson et al., 2022, "In-context
 learning and induction heads"): the score of position ``j`` for the query at ``t`` is a learned content
 score (the query's hidden state against a key made of ``j``'s hidden state and the embedding of the
-token before ``j``, the "smeared key") plus learned weights on two exact matches: the token before ``j``
-is ``x_t``, and the two tokens before ``j`` are ``x_{t-1} x_t``. So the head finds the earlier place
-where the current token (and the one before it) occurred and proposes what followed, for tokens it was
-never trained to write; a two-layer model trained from scratch otherwise has to assemble that circuit
+token before ``j``, the "smeared key") plus learned weights on three exact matches: the token before
+``j`` is ``x_t``, the two before it are ``x_{t-1} x_t``, the three ``x_{t-2} x_{t-1} x_t``. So the head
+finds the earlier place where the current token (and the ones before it) occurred and proposes what
+followed, for tokens it was never trained to write (three tokens tell line 16 from lines 6 and 26 when
+digits are tokens of their own); a two-layer model trained from scratch otherwise has to assemble that circuit
 from a previous-token head and a matching head, and on a few hundred agent runs it did not. This is
 prompt-lookup decoding's match, learned and weighed against the model's own prediction by the gate.
 
@@ -27,10 +28,10 @@ Departures and consequences:
 * The model returns ``log p(w)`` as its logits (a log-softmax of them is themselves), so samplers, the
   server and every loss read it as any model's logits; the training loss asks only for the targets'
   probabilities (:meth:`CopyHead.target_logprobs`), which never builds a ``[B, T, V]`` copy distribution.
-* Decoding keeps the head's keys and each slot's token, the token before it and the one before that
-  in one more cache after the layers' (:meth:`CopyHead.init_cache`: a
-  :class:`~orchard.models.transformer.KVCache` whose ``v`` holds the ids as float32, exact below 2**24;
-  -1: none), so the batching and the sampler move it as they move the others.
+* Decoding keeps the head's keys and each slot's token and the three before it in one more cache after
+  the layers' (:meth:`CopyHead.init_cache`: a :class:`~orchard.models.cache.KVCache` whose ``v`` holds
+  the ids as float32, exact below 2**24; -1: none), so the batching and the sampler move it as they move
+  the others.
 * It is Orchard's own architecture: ``config.json`` names it (``orchard_copy_head``), and transformers
   or vLLM cannot load such a checkpoint; ``orchard serve`` can.
 """
@@ -48,7 +49,8 @@ from orchard.models.cache import write_slots
 from orchard.models.config import ModelConfig
 from orchard.models.params import Linear
 
-CONTEXT = 3  # a position's token, the token before it, the one before that
+CONTEXT = 4  # a position's token and the three before it
+MATCHES = CONTEXT - 1  # exact matches of the last one, two and three tokens
 MATCH_INIT = 6.0  # the match weights at initialisation: the pointer starts as an induction head
 
 
@@ -67,10 +69,10 @@ def _safe_log(p: jax.Array) -> jax.Array:
 
 
 class MatchWeights(nnx.Module):
-    """The pointer's learned weights on its two exact matches (``copy_head.match.weight`` in a checkpoint)."""
+    """The pointer's learned weights on its exact matches (``copy_head.match.weight`` in a checkpoint)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
-        self.weight = nnx.Param(jnp.full((2,), MATCH_INIT, cfg.param_dtype), logical_axes=(None,))
+        self.weight = nnx.Param(jnp.full((MATCHES,), MATCH_INIT, cfg.param_dtype), logical_axes=(None,))
 
 
 class CopyHead(nnx.Module):
@@ -108,10 +110,12 @@ class CopyHead(nnx.Module):
             hidden, context, mask = (jnp.take_along_axis(x, queries_at[:, None, None], axis=1)
                                      for x in (hidden, context, mask))
         scores = jnp.einsum("btc,bsc->bts", self.query(hidden), keys).astype(jnp.float32) / jnp.sqrt(keys.shape[-1])
-        follows = context[:, :, None, 0] == key_context[:, None, :, 1]  # the token before s is the query's
-        follows_two = follows & (context[:, :, None, 1] == key_context[:, None, :, 2]) & (context[..., 1:2] >= 0)
         match = self.match.weight[...].astype(jnp.float32)
-        scores = scores + match[0] * follows + match[1] * follows_two
+        follows = jnp.ones(scores.shape, bool)
+        for n in range(MATCHES):  # the n + 1 tokens before s are the query's last n + 1
+            same = context[:, :, None, n] == key_context[:, None, :, n + 1]
+            follows = follows & same & (context[:, :, n, None] >= 0)
+            scores = scores + match[n] * follows
         scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
         return Pointer(jax.nn.log_softmax(scores, axis=-1), key_context[..., 0]), cache
 
@@ -138,16 +142,17 @@ class CopyHead(nnx.Module):
         return jnp.logaddexp(vocab_share + vocab_logprobs, copy_share + _safe_log(copied))
 
     def init_cache(self, batch: int, length: int, dtype) -> tuple[jax.Array, jax.Array]:
-        """The empty cache: keys ``[B, S, 1, C]``, and each slot's context ``[B, S, 1, 3]`` (float32 ids, -1: none)."""
+        """The empty cache: keys ``[B, S, 1, C]``, and each slot's context ``[B, S, 1, CONTEXT]`` (float32 ids, -1:
+        none)."""
         return (jnp.zeros((batch, length, 1, self.cfg.copy_head), dtype),
                 jnp.full((batch, length, 1, CONTEXT), -1.0, jnp.float32))
 
 
 def _context(tokens: jax.Array, mask: jax.Array, segment_ids: jax.Array | None, cached: jax.Array | None,
              write_index: jax.Array | int, fresh: bool) -> jax.Array:
-    """``[B, T, 3]``: each position's token, the token before it and the one before that (-1: none). A token
-    has one before it when its packed segment does, or when its mask shows it the slot before (not
-    padding); before a pass's first token is the cache's last written slot."""
+    """``[B, T, CONTEXT]``: each position's token and the tokens before it, nearest first (-1: none). A token has
+    one before it when its packed segment does, or when its mask shows it the slot before (not padding); before
+    a pass's first token come the cache's, from the context of its last written slot."""
     b, t = tokens.shape
     shift = lambda x, fill: jnp.pad(x[:, :-1], ((0, 0), (1, 0)), constant_values=fill)  # noqa: E731
     index = jnp.broadcast_to(jnp.asarray(write_index, jnp.int32), (b,))
@@ -156,13 +161,13 @@ def _context(tokens: jax.Array, mask: jax.Array, segment_ids: jax.Array | None, 
     else:
         slots = index[:, None] + jnp.arange(t)[None, :] - 1
         present = jnp.take_along_axis(mask, jnp.maximum(slots, 0)[:, :, None], axis=2)[..., 0] & (slots >= 0)
-    previous, before_previous = shift(tokens, -1), None
-    if not fresh:  # the slot before this pass: its token, and the token before that
+    last = None
+    if not fresh:  # the slot before this pass's first token: its own context
         last = jnp.take_along_axis(cached[:, :, 0, :], jnp.maximum(index - 1, 0)[:, None, None], axis=1)[:, 0]
-        previous = previous.at[:, 0].set(last[:, 0].astype(jnp.int32))
-        before_previous = last[:, 1].astype(jnp.int32)
-    previous = jnp.where(present, previous, -1)
-    second = shift(previous, -1)
-    if before_previous is not None:
-        second = second.at[:, 0].set(before_previous)
-    return jnp.stack([tokens, previous, jnp.where(present, second, -1)], axis=-1)
+    columns = [tokens]
+    for n in range(1, CONTEXT):  # the token n before: the previous position's token n - 1 before
+        column = shift(columns[-1], -1)
+        if last is not None:
+            column = column.at[:, 0].set(last[:, n - 1].astype(jnp.int32))
+        columns.append(jnp.where(present, column, -1))
+    return jnp.stack(columns, axis=-1)

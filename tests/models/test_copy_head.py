@@ -31,7 +31,7 @@ def copy_model(seed: int = 0, copy_head: int = 16, sharpen: bool = True) -> Tran
     if copy_head and sharpen:  # a gate away from one half and a sharper pointer than at initialisation, so both shares show
         model.copy_head.gate.bias[...] = jnp.full((1,), 0.7)
         model.copy_head.query.kernel[...] *= 30.0
-        model.copy_head.match.weight[...] = jnp.asarray([2.0, 3.0])
+        model.copy_head.match.weight[...] = jnp.asarray([2.0, 3.0, 1.0])
     return model
 
 
