@@ -10,14 +10,14 @@ environment interaction without an API key. Variants make the data realistic:
 - ``clean``: the straight path above;
 - ``wander``: the same, with one to three detours (listing, reading an unrelated file, a search
   that finds nothing useful) before it reads the right code;
-- ``recover``: it localises the bug, makes a plausible but wrong fix, reruns the failing tests and
+- ``recover``: it localises the bug, edits a wrong line next to it, reruns the failing tests and
   sees them still fail, reverts that edit (``git checkout``), makes the right one, reruns, submits:
   the check-and-retry behaviour verification exists for.
 
 And two imperfect teachers, whose failures hold real partial progress, labelled by their names
 (``oracle-fail``, ``oracle-unverified``):
 
-- ``fail``: it localises the bug correctly, then makes a plausible but wrong fix, sees the tests
+- ``fail``: it localises the bug correctly, then edits a wrong line next to it, sees the tests
   still fail, and submits anyway;
 - ``unverified``: it localises the bug, makes the same wrong edit and submits without running the
   tests again.
@@ -25,11 +25,8 @@ And two imperfect teachers, whose failures hold real partial progress, labelled 
 These stand in for the paper's LLM teachers' failed runs, which often find the right code and then
 write a wrong fix: their rise segments cover the localisation and not the edit, which is what
 credit-assignment SFT keeps of them (and what the LLM-judge value estimator, reading the same
-transcript, scores as progress). Unlike an LLM's, the oracle's mistakes are scripted and always one
-edit: one operator swapped or one integer moved by one (:func:`plausible_mutation`) on another line of the
-buggy function, else on the buggy line itself, said and written exactly as a right fix is. A policy that
-imitates it learns to try a fix, check it and undo it, not a ritual edit: when the wrong edit was a
-comment, the tiny policy learned to append the comment.
+transcript, scores as progress). Unlike an LLM's, the oracle's mistakes are scripted, always next to
+the bug and always one edit.
 
 The failing test run is read, not only shown: the search looks for the function the traceback names
 (``where X = name(...)``, or the deepest frame in a code file), as an engineer reading it would.
@@ -104,47 +101,12 @@ def _sed_script(hunk: Hunk, number: int) -> str | None:
     added = [line for line in hunk.new if line not in hunk.old]
     if len(removed) != 1 or len(added) != 1:
         return None
-    replacement = _sed_escape(added[0])
+    replacement = re.sub(r"([\\/&])", r"\\\1", added[0])
     index = number - hunk.old_start
     previous = hunk.old[index - 1] if 0 < index <= len(hunk.old) else ""
     if match := re.match(r"\s*(?:async\s+)?def\s+(\w+)\(", previous):
         return f"{number - 1}{{/def {match.group(1)}(/{{n;s/.*/{replacement}/}}}}"
     return f"{number}s/.*/{replacement}/"
-
-
-# A wrong fix's operator swaps (the code's own spacing: binary operators between spaces) and integer literals.
-_OPERATOR_SWAPS = {" + ": " - ", " - ": " + ", " * ": " // ", " // ": " * ", " < ": " <= ", " <= ": " < ",
-                   " > ": " >= ", " >= ": " > ", " == ": " != ", " != ": " == "}
-_INTEGER = re.compile(r"(?<![\w.])\d+(?![\w.])")
-
-
-def plausible_mutation(line: str, rng: random.Random, avoid: str | None = None) -> str | None:
-    """``line`` with one operator swapped or one integer literal moved by one, as a wrong fix makes it; None for a
-    line that is not code (blank, a ``def``, a docstring, a comment) or has nothing to change (or only ``avoid``)."""
-    code = line.strip()
-    if not code or code.startswith(("def ", "class ", "@", "#", '"', "'")):
-        return None
-    options = [line[:m.start()] + new + line[m.end():] for old, new in _OPERATOR_SWAPS.items()
-               for m in re.finditer(re.escape(old), line)]
-    options += [line[:m.start()] + str(max(int(m.group()) + delta, 0)) + line[m.end():]
-                for m in _INTEGER.finditer(line) for delta in (1, -1)]
-    options = sorted({option for option in options if option not in (line, avoid)})
-    return rng.choice(options) if options else None
-
-
-def _function_lines(hunk: Hunk, number: int) -> list[tuple[int, str]]:
-    """The hunk's old lines (index, text) in the function around line ``number``: from the nearest ``def`` above
-    it (or the hunk's start) to the next ``def`` (or the hunk's end)."""
-    index = number - hunk.old_start
-    start = next((i for i in range(index, -1, -1) if re.match(r"\s*(?:async\s+)?def\s", hunk.old[i])), 0)
-    end = next((i for i in range(index + 1, len(hunk.old)) if re.match(r"\s*(?:async\s+)?def\s", hunk.old[i])),
-               len(hunk.old))
-    return list(enumerate(hunk.old))[start:end]
-
-
-def _sed_escape(text: str) -> str:
-    """``text`` as a ``sed`` replacement: backslashes, slashes and ampersands escaped."""
-    return re.sub(r"([\\/&])", r"\\\1", text)
 
 
 def _enclosing_function(hunk: Hunk, number: int) -> str | None:
@@ -225,7 +187,7 @@ class OracleTeacher:
             steps.pop(0)
         steps.append(Step("", "view", {"path": first.path, "start": start, "end": end, "bug": buggy_line(first)[0]}))
         if self.variant in ("fail", "unverified", "recover"):
-            steps.append(self._wrong_edit(first, rng))
+            steps.append(self._wrong_edit(first))
         if self.variant == "recover":
             steps += [rerun, Step(f"The tests still fail, so that line was fine. Let me undo the change to "
                                   f"{first.path}.", "bash", {"command": f"git checkout -- {shlex.quote(first.path)}"})]
@@ -264,46 +226,36 @@ class OracleTeacher:
 
     def _edit(self, hunk: Hunk) -> Step:
         number, text = buggy_line(hunk)
-        fixed = _fixed_line(hunk)
-        if self.style == "codeact":
-            return Step(self._edit_thought(hunk, number, text, fixed), "edit",
-                        {"command": "str_replace", "path": f"{REPO_DIR}/{hunk.path}", "old_str": "\n".join(hunk.old),
-                         "new_str": "\n".join(hunk.new)})
-        if (script := _sed_script(hunk, number)) is not None:
-            return Step(self._edit_thought(hunk, number, text, fixed), "bash",
-                        {"command": f"sed -i {shlex.quote(script)} {shlex.quote(hunk.path)}"})
-        patch = hunk.patch()
-        return Step(self._edit_thought(hunk, number, text, fixed), "bash",
-                    {"command": f"cat > /tmp/fix.patch <<'PATCH'\n{patch}PATCH\ngit apply /tmp/fix.patch"})
-
-    @staticmethod
-    def _edit_thought(hunk: Hunk, number: int, text: str, fixed: str | None) -> str:
-        """What the teacher says before an edit, right or wrong: the function, then the line it writes, and only
-        then the one it replaces, so what the edit writes is stated just before it."""
+        # The function, the line to change quoted as `nl -ba` showed it (the number right-aligned in six places, a
+        # tab, the text), then the line the edit writes. Quoted so, the line's text follows its number as in what
+        # the agent read, so only the number is a choice: a policy that copies (a copy head's exact matches) writes
+        # the rest from there, and the fix is that text with a change, stated just before the edit writes it.
         function = _enclosing_function(hunk, number)
-        where = f"Line {number} of {hunk.path}" + (f", in `def {function}`," if function else "")
-        return (f"{where} should be `{fixed.strip()}`, not `{text.strip()}`. Fixing it." if fixed is not None
-                else f"{where} is wrong: `{text.strip()}`. Fixing it.")
-
-    def _wrong_edit(self, hunk: Hunk, rng: random.Random) -> Step:
-        """A plausible but wrong fix, said and written as the right one is: one operator swapped or one integer
-        moved by one (:func:`plausible_mutation`) on another code line of the buggy function in the hunk, else a
-        different change to the buggy line itself; the bug stays, so the tests still fail."""
-        number, text = buggy_line(hunk)
+        where = f"The bug is in `def {function}`, on this line of {hunk.path}:" if function else \
+            f"The bug is on this line of {hunk.path}:"
         fixed = _fixed_line(hunk)
-        candidates = [(hunk.old_start + i, line) for i, line in _function_lines(hunk, number)
-                      if hunk.old_start + i != number]
-        candidates = [(n, line, wrong) for n, line in candidates if (wrong := plausible_mutation(line, rng))]
-        if not candidates and (wrong := plausible_mutation(text, rng, avoid=fixed)):
-            candidates = [(number, text, wrong)]
-        if not candidates:  # nothing to change plausibly: a comment that changes nothing
-            candidates = [(number, text, f"{text}  # checked")]
-        line_number, line, wrong = rng.choice(candidates)
-        thought = self._edit_thought(hunk, line_number, line, wrong)
+        thought = f"{where}\n{number:>6}\t{text}\n" + (f"It should be `{fixed}`. " if fixed is not None else "") + \
+            "Fixing it."
+        if self.style == "codeact":
+            return Step(thought, "edit", {"command": "str_replace", "path": f"{REPO_DIR}/{hunk.path}",
+                                          "old_str": "\n".join(hunk.old), "new_str": "\n".join(hunk.new)})
+        if (script := _sed_script(hunk, number)) is not None:
+            return Step(thought, "bash", {"command": f"sed -i {shlex.quote(script)} {shlex.quote(hunk.path)}"})
+        patch = hunk.patch()
+        return Step(thought, "bash", {"command": f"cat > /tmp/fix.patch <<'PATCH'\n{patch}PATCH\ngit apply /tmp/fix.patch"})
+
+    def _wrong_edit(self, hunk: Hunk) -> Step:
+        """Edit a line next to the bug (a plausible but wrong fix): a comment saying it was checked."""
+        number, _ = buggy_line(hunk)
+        index = next((i for i, line in enumerate(hunk.old) if line.strip() and hunk.old_start + i != number),
+                     0)
+        line = hunk.old[index]
+        thought = f"I think the problem is on line {hunk.old_start + index} of {hunk.path}. Changing it."
+        replacement = f"{line}  # checked"
         if self.style == "codeact":
             return Step(thought, "edit", {"command": "str_replace", "path": f"{REPO_DIR}/{hunk.path}", "old_str": line,
-                                          "new_str": wrong})
-        sed = f"{line_number}s/.*/{_sed_escape(wrong)}/"
+                                          "new_str": replacement})
+        sed = f"{hunk.old_start + index}s/$/  # checked/"
         return Step(thought, "bash", {"command": f"sed -i {shlex.quote(sed)} {shlex.quote(hunk.path)}"})
 
     async def act(self, conversation: Conversation, *, max_context: int | None = None) -> Turn:

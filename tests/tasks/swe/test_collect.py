@@ -96,8 +96,7 @@ def test_the_brief_plan_searches_reads_edits_and_submits(tmp_path):
     # The one-line fix is addressed by the enclosing def on its line (a file may define two functions of one
     # name), as `sed -i 'K{/def f(/{n;s/.*/NEW/}}' path`.
     assert edit.arguments["command"] == f"sed -i '{number - 1}{{/def {name}(/{{n;s/.*/{fixed}/}}}}' {hunk.path}"
-    # Its thought states the function and the line it needs before the wrong one, so what the edit writes
-    # was said just before it.
-    assert edit.thought == (f"Line {number} of {hunk.path}, in `def {name}`, should be `{fixed.strip()}`, "
-                            f"not `{wrong.strip()}`. Fixing it.")
+    # Its thought names the function, quotes the line as `nl -ba` showed it, then says the line the edit writes.
+    assert edit.thought == (f"The bug is in `def {name}`, on this line of {hunk.path}:\n{number:>6}\t{wrong}\n"
+                            f"It should be `{fixed}`. Fixing it.")
     assert submit.tool == "finish"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import re
 from dataclasses import replace
 
@@ -12,7 +11,7 @@ import pytest
 from orchard.data.trajectory import Message
 from orchard.harness.core import Conversation
 from orchard.tasks.swe.collect import make_teacher
-from orchard.tasks.swe.oracle import VARIANTS, OracleTeacher, _traceback_function, plausible_mutation
+from orchard.tasks.swe.oracle import VARIANTS, OracleTeacher, _traceback_function
 from orchard.tasks.swe.skills import ProceduralConfig
 from orchard.tasks.swe.taskset import TaskSetConfig, make_task_set
 
@@ -62,10 +61,10 @@ def test_each_variant_plays_its_plan(instance):
     assert plans["wander"][-4:] == plans["clean"][-4:] and len(plans["wander"]) > len(plans["clean"])
     recover = OracleTeacher(instance, "bash", "recover")
     wrong, fix = recover.plan[3], recover.plan[6]
-    # the wrong fix is said and written as the right one is, on another line of the buggy function
-    assert wrong.thought.split(" should be ")[0] != fix.thought.split(" should be ")[0]
-    assert re.match(r"Line \d+ of \S+, in `def \w+`, should be `.+`, not `.+`\. Fixing it\.$", wrong.thought)
-    assert re.match(r"sed -i '\d+s/\.\*/.+/' \S+$", wrong.arguments["command"]), wrong.arguments["command"]
+    assert "# checked" in wrong.arguments["command"] and "# checked" not in fix.arguments["command"]
+    # the fix's thought quotes the line as `nl -ba` showed it, then says what it should be
+    assert re.match(r"The bug is in `def \w+`, on this line of \S+:\n {4}[ \d]\d\t.+\nIt should be `.+`\. Fixing it\.$",
+                    fix.thought), fix.thought
     assert OracleTeacher(instance, "bash", "unverified").name == "oracle-unverified"
     with pytest.raises(ValueError, match="brief plan"):
         OracleTeacher(instance, "bash", "recover", brief=True)
@@ -99,18 +98,3 @@ def test_with_fewer_samples_than_variants_every_variant_gets_tasks(instance):
         assert VARIANTS.index(second) == (VARIANTS.index(first) + 1) % len(VARIANTS)
     assert plays == [[teacher(replace(instance, instance_id=f"task-{n}"), "bash", k).variant for k in range(2)]
                      for n in range(40)]  # seeded
-
-
-def test_a_wrong_fix_changes_one_operator_or_one_integer_of_a_code_line():
-    rng = random.Random(0)
-    line = "    nertur = wimdun + 7 + dridri * 5"
-    wrong = {plausible_mutation(line, rng) for _ in range(200)}
-    assert wrong == {"    nertur = wimdun - 7 + dridri * 5", "    nertur = wimdun + 7 - dridri * 5",
-                     "    nertur = wimdun + 7 + dridri // 5", "    nertur = wimdun + 8 + dridri * 5",
-                     "    nertur = wimdun + 6 + dridri * 5", "    nertur = wimdun + 7 + dridri * 6",
-                     "    nertur = wimdun + 7 + dridri * 4"}
-    assert plausible_mutation("    if len(xs) <= 5:", rng, avoid="    if len(xs) < 5:") in {
-        "    if len(xs) <= 6:", "    if len(xs) <= 4:"}
-    assert plausible_mutation("    return xs[1:]", rng) in {"    return xs[2:]", "    return xs[0:]"}
-    for not_code in ("", "def f(x):", '    """Return 3 things."""', "    # 3 + 4", "    return name"):
-        assert plausible_mutation(not_code, rng) is None
