@@ -100,30 +100,32 @@ def test_decoding_over_the_cache_gives_the_full_pass(model, tokens, per_row_inde
         np.testing.assert_allclose(logits[:, 0], full[:, slot], atol=1e-5)
 
 
+def _full_pass_logprobs(model: Transformer, prompt: list[int], completion) -> np.ndarray:
+    """The model's own full-pass log-probabilities of a completion's tokens after its prompt."""
+    logprobs = np.asarray(model(jnp.asarray([prompt + completion.token_ids]))[0])
+    positions = np.arange(len(prompt) - 1, len(prompt) + len(completion.token_ids) - 1)
+    return logprobs[positions, completion.token_ids]
+
+
 def test_the_sampler_left_pads_and_reports_the_full_pass_logprobs(model, tokens):
     prompts = [tokens[0, :5].tolist(), tokens[1, :11].tolist()]  # one batch: the first row is left-padded
     completions = Sampler(model).generate(prompts, SamplingParams(max_tokens=6, temperature=1.0, seed=1))
     for prompt, completion in zip(prompts, completions, strict=True):
-        sequence = jnp.asarray([prompt + completion.token_ids])
-        logprobs = np.asarray(model(sequence)[0])
-        positions = np.arange(len(prompt) - 1, len(sequence[0]) - 1)
-        np.testing.assert_allclose(completion.logprobs, logprobs[positions, completion.token_ids], atol=1e-4)
+        np.testing.assert_allclose(completion.logprobs, _full_pass_logprobs(model, prompt, completion), atol=1e-4)
 
 
-def test_the_continuous_batcher_gives_each_request_what_the_sampler_gives_it(model, tokens):
+def test_the_continuous_batcher_reports_the_full_pass_logprobs(model, tokens):
     requests = [tokens[0, :5].tolist(), tokens[1, :17].tolist(), tokens[0, 3:12].tolist()]
-    greedy = SamplingParams(max_tokens=8, temperature=0.0)
-    alone = Sampler(model)
-    expected = [alone.generate([prompt], greedy)[0] for prompt in requests]
     batcher = ContinuousBatcher(Sampler(model), max_rows=4, chunk_steps=2)
     try:  # all at once: rows of the batch at different slots, written at each row's own index
-        streams = [batcher.stream([prompt], greedy) for prompt in requests]
-        got = [collect(stream, 1)[0] for stream in streams]
+        streams = [batcher.stream([prompt], SamplingParams(max_tokens=6, temperature=1.0, seed=2))
+                   for prompt in requests]
+        completions = [collect(stream, 1)[0] for stream in streams]
     finally:
         batcher.close()
-    for want, have in zip(expected, got, strict=True):
-        assert have.token_ids == want.token_ids
-        np.testing.assert_allclose(have.logprobs, want.logprobs, atol=1e-5)
+    for prompt, completion in zip(requests, completions, strict=True):
+        assert len(completion.token_ids) == 6
+        np.testing.assert_allclose(completion.logprobs, _full_pass_logprobs(model, prompt, completion), atol=1e-4)
 
 
 def test_a_checkpoint_keeps_the_head(model, tokens, tmp_path):
@@ -133,7 +135,7 @@ def test_a_checkpoint_keeps_the_head(model, tokens, tmp_path):
     np.testing.assert_allclose(loaded(tokens), model(tokens), atol=1e-6)
 
 
-def _copy_accuracy(copy_head: int, steps: int = 200) -> float:
+def _copy_accuracy(copy_head: int, steps: int = 100) -> float:
     """Train on rows ``[context..., SEP, span, SEP, span]``, the loss on the second copy of the span; score the
     greedy second copy of spans drawn from tokens that training rows hold only in their context, never in a
     span: tokens the model was never trained to write there, as a new name's pieces are to a policy."""
