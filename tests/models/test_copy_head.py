@@ -3,8 +3,8 @@
 Every path a policy's tokens go through must give the same log-probabilities: the full pass (the probe, a
 prefill), the training loss's targets-only path, a decode step over the cache (one write index for the batch,
 or each row's own, as the continuous batcher writes), a left-padded prompt, a packed row, and a checkpoint
-written and read back. The last test trains: with the head, a model learns to copy tokens it has never seen in
-a position where only copying predicts them; without it, the same model in the same steps does not.
+written and read back. The last test trains: with the head, a model learns to copy tokens that training never
+had it write, where only copying predicts them; without it, the same model in the same steps does not.
 """
 
 from __future__ import annotations
