@@ -115,7 +115,7 @@ def test_the_sampler_left_pads_and_reports_the_full_pass_logprobs(model, tokens)
 
 
 def test_the_continuous_batcher_reports_the_full_pass_logprobs(model, tokens):
-    requests = [tokens[0, :5].tolist(), tokens[1, :17].tolist(), tokens[0, 3:12].tolist()]
+    requests = [tokens[0, :5].tolist(), tokens[1, :13].tolist(), tokens[0, 3:12].tolist()]  # one prompt bucket
     batcher = ContinuousBatcher(Sampler(model), max_rows=4, chunk_steps=2)
     try:  # all at once: rows of the batch at different slots, written at each row's own index
         streams = [batcher.stream([prompt], SamplingParams(max_tokens=6, temperature=1.0, seed=2))
