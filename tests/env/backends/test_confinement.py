@@ -150,16 +150,16 @@ def test_each_orchestrator_mounts_its_own_etc_and_a_killed_one_s_is_reaped(tmp_p
     require_root()
     state_dir = str(tmp_path / "state")
     first = local_server(state_dir=state_dir)
-    with first.client() as client:
-        assert client.create(heartbeat=False).exec("cat /etc/hostname").stdout == "sandbox\n"
+    with first.client() as client, client.create(heartbeat=False) as sandbox:  # deleted: the kill leaks no sandbox
+        assert sandbox.exec("cat /etc/hostname").stdout == "sandbox\n"
     first_layer = etc_layer_path(state_dir, first.process.pid)
     assert os.path.ismount(first_layer)
     first.kill()
     assert os.path.ismount(first_layer)  # as a crash leaves it
     second = local_server(state_dir=state_dir, api_key=first.api_key)
     try:
-        with second.client() as client:
-            assert client.create(heartbeat=False).exec("cat /etc/hostname").stdout == "sandbox\n"
+        with second.client() as client, client.create(heartbeat=False) as sandbox:
+            assert sandbox.exec("cat /etc/hostname").stdout == "sandbox\n"
         assert not os.path.exists(first_layer) and os.path.ismount(etc_layer_path(state_dir, second.process.pid))
         second.kill()
     finally:
