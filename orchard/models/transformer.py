@@ -557,6 +557,8 @@ class Transformer(nnx.Module):
                           logits_at, head=head)
         hidden, layer_caches = decode(self.decoder, self.lm_head, embedded, positions, mask,
                                       None if caches is None else caches[:-1], write_index, causal, head=False)
+        if not head and caches is None:  # a loss's pass: it points itself (copy_target_logprobs)
+            return hidden, None
         b, t = tokens.shape
         fresh = caches is None or (causal and isinstance(write_index, int) and write_index == 0)
         segment_ids = mask.ids if isinstance(mask, Segments) else None

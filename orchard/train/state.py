@@ -231,7 +231,7 @@ def batch_target_logprobs(model: Transformer, batch: dict[str, jax.Array], image
     by :func:`chunked_target_logprobs` (the same values); a model with a copy head mixes them with its
     pointer's (:meth:`~orchard.models.transformer.Transformer.copy_target_logprobs`)."""
     targets, chunk = batch["targets"], model.cfg.logits_chunk
-    if getattr(model, "copy_head", None) is not None:  # the vocabulary's log-probabilities mixed with the pointer's
+    if model.copy_head is not None:  # the vocabulary's log-probabilities mixed with the pointer's
         hidden = batch_logits(model, batch, image_grid, head=False)
         vocab = chunked_target_logprobs(hidden, model.output_weight(), targets, chunk or targets.shape[-1])
         return model.copy_target_logprobs(batch["tokens"], hidden, batch["segment_ids"], targets, vocab)
