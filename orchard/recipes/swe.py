@@ -192,8 +192,9 @@ class SWEFamily(Family):
         if not teacher.url:
             if unknown := [v for v in teacher.variants if v not in ORACLE_VARIANTS]:
                 problems.append(f"teacher.variants {unknown} are not among {', '.join(ORACLE_VARIANTS)}")
-            if teacher.brief and "recover" in teacher.variants:
-                problems.append("teacher.variants: recover reruns the tests, which teacher.brief leaves out")
+            if teacher.brief and (rerunning := [v for v in teacher.variants if v in ("recover", "search")]):
+                problems.append(f"teacher.variants: {', '.join(rerunning)} rerun the tests, which teacher.brief leaves "
+                                "out")
         if config.examples.renamings and not tasks.is_procedural:
             problems.append("sft.examples.renamings renames generated repositories: it needs tasks.sources = "
                             "('procedural',)")

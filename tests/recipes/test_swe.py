@@ -160,7 +160,7 @@ def test_the_skills_variant_passes_and_its_problems_are_named():
     config.teacher.update({"brief": True, "variants": ("recover", "lucky")})
     problems = "\n".join(SWE.check_config(config))
     assert "also a training one" in problems and "['lucky'] are not among" in problems
-    assert "recover reruns the tests" in problems
+    assert "recover rerun the tests" in problems
 
 
 def test_a_field_that_does_not_fit_its_stage_is_named_before_anything_runs():

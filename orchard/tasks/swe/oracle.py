@@ -12,7 +12,14 @@ environment interaction without an API key. Variants make the data realistic:
   that finds nothing useful) before it reads the right code;
 - ``recover``: it localises the bug, edits a wrong line next to it, reruns the failing tests and
   sees them still fail, reverts that edit (``git checkout``), makes the right one, reruns, submits:
-  the check-and-retry behaviour verification exists for.
+  the check-and-retry behaviour verification exists for;
+- ``search``: it localises the bug as ``clean`` does, then does not use what it knows of the fix: it
+  tries every one-token change to the lines of the function it read, in one loop that reruns the tests
+  after each and keeps the first that passes (:mod:`orchard.tasks.swe.candidates`), reruns the failing
+  tests and submits. Every action follows from what the agent saw, so a policy that imitates it learns
+  a procedure that carries to code it never saw; ``clean``'s edit states a fix that only arithmetic on
+  the failing assertion would find. When no candidate passes (the bug's inverse is not a one-token
+  change), the run ends unresolved, after real localisation.
 
 And two imperfect teachers, whose failures hold real partial progress, labelled by their names
 (``oracle-fail``, ``oracle-unverified``):
@@ -41,6 +48,7 @@ bash harness, ``str_replace_editor`` calls (one per hunk) in the CodeAct harness
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shlex
@@ -52,13 +60,14 @@ from orchard.data.trajectory import Message, ToolCall
 from orchard.harness.bash import SUBMIT_COMMAND
 from orchard.harness.core import Conversation, Turn
 from orchard.seeds import seeded_random
+from orchard.tasks.swe.candidates import candidate_fixes, numbered_lines, search_command, sed_replace_line
 from orchard.tasks.swe.diffs import Hunk, parse_patch
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.workspace import REPO_DIR
 
 Style = Literal["bash", "codeact"]
-Variant = Literal["clean", "wander", "recover", "fail", "unverified"]
-VARIANTS: tuple[str, ...] = ("clean", "wander", "recover", "fail", "unverified")
+Variant = Literal["clean", "wander", "recover", "search", "fail", "unverified"]
+VARIANTS: tuple[str, ...] = ("clean", "wander", "recover", "search", "fail", "unverified")
 RESOLVING = ("clean", "wander", "recover")  # the variants that fix the bug
 
 
@@ -101,12 +110,12 @@ def _sed_script(hunk: Hunk, number: int) -> str | None:
     added = [line for line in hunk.new if line not in hunk.old]
     if len(removed) != 1 or len(added) != 1:
         return None
-    replacement = re.sub(r"([\\/&])", r"\\\1", added[0])
     index = number - hunk.old_start
     previous = hunk.old[index - 1] if 0 < index <= len(hunk.old) else ""
     if match := re.match(r"\s*(?:async\s+)?def\s+(\w+)\(", previous):
-        return f"{number - 1}{{/def {match.group(1)}(/{{n;s/.*/{replacement}/}}}}"
-    return f"{number}s/.*/{replacement}/"
+        replace = sed_replace_line(number, added[0]).removeprefix(str(number))
+        return f"{number - 1}{{/def {match.group(1)}(/{{n;{replace}}}}}"
+    return sed_replace_line(number, added[0])
 
 
 def _enclosing_function(hunk: Hunk, number: int) -> str | None:
@@ -160,8 +169,8 @@ class OracleTeacher:
                  brief: bool = False) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"unknown oracle variant {variant!r}; variants: {', '.join(VARIANTS)}")
-        if brief and variant == "recover":
-            raise ValueError("the recover variant reruns the tests, which the brief plan leaves out")
+        if brief and variant in ("recover", "search"):
+            raise ValueError(f"the {variant} variant reruns the tests, which the brief plan leaves out")
         self.instance, self.style, self.variant, self.brief = instance, style, variant, brief
         self.name = f"oracle-{variant}{'-brief' if brief else ''}"
         self.plan = self._plan(seeded_random(seed, "swe-oracle", instance.instance_id, style, variant))
@@ -193,8 +202,12 @@ class OracleTeacher:
                                   f"{first.path}.", "bash", {"command": f"git checkout -- {shlex.quote(first.path)}"})]
         if self.variant in RESOLVING:
             steps += [self._edit(hunk) for hunk in hunks]
+        if self.variant == "search":
+            steps.append(Step("", "try", {"hunk": first}))
         if not self.brief and self.variant != "unverified":
             steps.append(rerun)
+        if self.variant == "search":
+            return [*steps, Step("", "close", {})]
         closing = {"fail": "I could not make the tests pass; submitting what I have.",
                    "unverified": "That should be it; submitting."}
         steps.append(Step(closing.get(self.variant, "The failing tests pass now; submitting." if not self.brief
@@ -222,7 +235,21 @@ class OracleTeacher:
         if self.style == "bash":
             # GNU sed's `start,+N` range: the agent copies the line it found and needs no arithmetic.
             return Step(thought, "bash", {"command": f"nl -ba {shlex.quote(path)} | sed -n '{start},+{end - start}p'"})
-        return Step(thought, "edit", {"command": "view", "path": f"{REPO_DIR}/{path}", "view_range": [start, end]})
+        # The editor refuses a range past the file's end (as OpenHands' does): stop there, or read to the end when
+        # the snapshot is not a directory to count its lines in.
+        lines = self._line_count(path)
+        return Step(thought, "edit", {"command": "view", "path": f"{REPO_DIR}/{path}",
+                                      "view_range": [start, min(end, lines) if lines else -1]})
+
+    def _line_count(self, path: str) -> int | None:
+        """How many lines ``path`` has in the task's snapshot, when the snapshot is a directory."""
+        if not self.instance.repo_path or not os.path.isdir(self.instance.repo_path):
+            return None
+        try:
+            with open(os.path.join(self.instance.repo_path, path), errors="replace") as handle:
+                return len(handle.read().split("\n"))
+        except OSError:
+            return None
 
     def _edit(self, hunk: Hunk) -> Step:
         number, text = buggy_line(hunk)
@@ -243,6 +270,31 @@ class OracleTeacher:
             return Step(thought, "bash", {"command": f"sed -i {shlex.quote(script)} {shlex.quote(hunk.path)}"})
         patch = hunk.patch()
         return Step(thought, "bash", {"command": f"cat > /tmp/fix.patch <<'PATCH'\n{patch}PATCH\ngit apply /tmp/fix.patch"})
+
+    def _try(self, hunk: Hunk, conversation: Conversation) -> Step:
+        """Try every one-token change to the buggy function's lines as the agent read them (the last
+        observation), or, when that listing does not hold the whole function, make the known fix."""
+        number = buggy_line(hunk)[0]
+        listing = numbered_lines(_last_observation(conversation))
+        # the function the buggy line is in, as the listing shows it (the hunk's three lines of context may not
+        # reach its def)
+        defs = [match.group(1) for n in sorted(listing) if n <= number
+                if (match := re.match(r"\s*(?:async\s+)?def\s+(\w+)\(", listing[n]))]
+        function = defs[-1] if defs else None
+        candidates = candidate_fixes(listing, function) if function else []
+        if not candidates:
+            return self._edit(hunk)
+        thought = (f"Nothing in `def {function}` looks wrong to me at a glance, so let me try each one-token change "
+                   f"to its lines, rerunning the tests after each, and keep the first that makes them pass.")
+        return Step(thought, "bash", {"command": search_command(candidates, hunk.path)})
+
+    @staticmethod
+    def _close(conversation: Conversation) -> Step:
+        """Submit, saying whether the last test run passed."""
+        output = _last_observation(conversation)
+        passed = re.search(r"\d+ passed", output) and not re.search(r"\d+ (failed|error)", output)
+        return Step("The failing tests pass now; submitting." if passed else
+                    "I could not make the tests pass; submitting what I have.", "finish", {})
 
     def _wrong_edit(self, hunk: Hunk) -> Step:
         """Edit a line next to the bug (a plausible but wrong fix): a comment saying it was checked."""
@@ -265,6 +317,10 @@ class OracleTeacher:
             step = self._view(**step.arguments, conversation=conversation)
         elif step.tool == "search":
             step = self._search(step.arguments["symbol"], conversation)
+        elif step.tool == "try":
+            step = self._try(step.arguments["hunk"], conversation)
+        elif step.tool == "close":
+            step = self._close(conversation)
         if self.style == "bash":
             command = SUBMIT_COMMAND if step.tool == "finish" else step.arguments["command"]
             return Turn(Message(role="assistant", content=f"THOUGHT: {step.thought}\n\n```bash\n{command}\n```"))

@@ -15,8 +15,10 @@ from orchard.tasks.swe.collect import collect, drop_reason, make_teacher
 from orchard.tasks.swe.diffs import parse_patch
 from orchard.tasks.swe.generate import generate_task_set
 from orchard.tasks.swe.oracle import OracleTeacher, buggy_line
+from orchard.tasks.swe.skills import ProceduralConfig
 from orchard.tasks.swe.sources import resolve_source
 from orchard.tasks.swe.task import swe_tasks
+from orchard.tasks.swe.taskset import TaskSetConfig, make_task_set
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +102,28 @@ def test_the_brief_plan_searches_reads_edits_and_submits(tmp_path):
     assert edit.thought == (f"The bug is in `def {name}`, on this line of {hunk.path}:\n{number:>6}\t{wrong}\n"
                             f"It should be `{fixed}`. Fixing it.")
     assert submit.tool == "finish"
+
+
+def test_the_search_variant_fixes_generated_bugs_by_trying_one_token_changes(orchestrator, tmp_path):
+    config = TaskSetConfig(sources=("procedural",), kinds=("swap_operator", "off_by_one", "invert_condition"),
+                           procedural=ProceduralConfig(repos=1, helpers=6, bugs_per_repo=2, held_out_repos=0))
+    instances = make_task_set(config, str(tmp_path), seed=0)[:1]
+
+    async def run():
+        client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
+        try:
+            return await collect(client, swe_tasks(instances), [BashHarness(), CodeActHarness()],
+                                 make_teacher(variants=("search",)), samples=1, concurrency=2, progress=False)
+        finally:
+            await client.aclose()
+
+    report = asyncio.run(run())
+    assert not report.errors and len(report.kept) == 2
+    for trajectory in report.kept:
+        assert trajectory.outcome.resolved, (trajectory.task_id, trajectory.harness)
+        actions = [m for m in trajectory.messages if m.role == "assistant"]
+        observations = [m.content for m in trajectory.messages if m.role in ("tool", "user")][1:]
+        # reproduce, find, read, the loop, rerun, submit; the loop's candidates are lines it read, one token changed
+        assert len(actions) == 6 and "done < /tmp/fixes" in str(actions[3].content) + str(actions[3].tool_calls)
+        assert "passes with line " in observations[3] and "passed" in observations[4]
+        assert "failed" in observations[0] and "pass now" in str(actions[5].content) + str(actions[5].tool_calls)

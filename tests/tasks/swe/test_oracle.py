@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from dataclasses import replace
 
@@ -10,8 +11,10 @@ import pytest
 
 from orchard.data.trajectory import Message
 from orchard.harness.core import Conversation
+from orchard.tasks.swe.candidates import listing_line
 from orchard.tasks.swe.collect import make_teacher
-from orchard.tasks.swe.oracle import VARIANTS, OracleTeacher, _traceback_function
+from orchard.tasks.swe.diffs import parse_patch
+from orchard.tasks.swe.oracle import VARIANTS, OracleTeacher, _traceback_function, buggy_line
 from orchard.tasks.swe.skills import ProceduralConfig
 from orchard.tasks.swe.taskset import TaskSetConfig, make_task_set
 
@@ -58,6 +61,7 @@ def test_each_variant_plays_its_plan(instance):
     assert plans["recover"] == ["python", "search", "view", "sed", "python", "git", "sed", "python", "finish"]
     assert plans["fail"] == ["python", "search", "view", "sed", "python", "finish"]
     assert plans["unverified"] == ["python", "search", "view", "sed", "finish"]  # submits without a re-check
+    assert plans["search"] == ["python", "search", "view", "try", "python", "close"]  # tries what it read
     assert plans["wander"][-4:] == plans["clean"][-4:] and len(plans["wander"]) > len(plans["clean"])
     recover = OracleTeacher(instance, "bash", "recover")
     wrong, fix = recover.plan[3], recover.plan[6]
@@ -68,6 +72,8 @@ def test_each_variant_plays_its_plan(instance):
     assert OracleTeacher(instance, "bash", "unverified").name == "oracle-unverified"
     with pytest.raises(ValueError, match="brief plan"):
         OracleTeacher(instance, "bash", "recover", brief=True)
+    with pytest.raises(ValueError, match="brief plan"):
+        OracleTeacher(instance, "bash", "search", brief=True)
     with pytest.raises(ValueError, match="unknown oracle variant"):
         OracleTeacher(instance, "bash", "lucky")
 
@@ -89,7 +95,7 @@ def test_the_search_follows_the_traceback_it_was_shown(instance):
 
 
 def test_with_fewer_samples_than_variants_every_variant_gets_tasks(instance):
-    assert [make_teacher(variants=VARIANTS)(instance, "bash", k).variant for k in range(5)] == list(VARIANTS)
+    assert [make_teacher(variants=VARIANTS)(instance, "bash", k).variant for k in range(len(VARIANTS))] == list(VARIANTS)
     teacher = make_teacher(variants=VARIANTS, samples=2)
     plays = [[teacher(replace(instance, instance_id=f"task-{n}"), "bash", k).variant for k in range(2)]
              for n in range(40)]
@@ -98,3 +104,25 @@ def test_with_fewer_samples_than_variants_every_variant_gets_tasks(instance):
         assert VARIANTS.index(second) == (VARIANTS.index(first) + 1) % len(VARIANTS)
     assert plays == [[teacher(replace(instance, instance_id=f"task-{n}"), "bash", k).variant for k in range(2)]
                      for n in range(40)]  # seeded
+
+
+def test_the_search_variant_tries_the_changes_to_what_it_read(instance):
+    teacher = OracleTeacher(instance, "bash", "search")
+    [hunk, *_] = parse_patch(instance.patch)
+    number, _ = buggy_line(hunk)
+    original = next(line for line in hunk.new if line not in hunk.old)
+    with open(os.path.join(instance.repo_path, hunk.path)) as handle:
+        listing = "\n".join(f"{n:>6}\t{line}" for n, line in enumerate(handle.read().split("\n"), start=1))
+
+    def act_after(observation: str):
+        messages = [Message(role="system", content="s"), Message(role="user", content="fix it")]
+        for reply in ("1 failed", "found it", observation):  # the plan's fourth step reads the third observation
+            messages += [Message(role="assistant", content="..."), Message(role="user", content=reply)]
+        return asyncio.run(teacher.act(Conversation(messages=messages))).message.content
+
+    loop = act_after(listing)
+    assert "try each one-token change" in loop and "done < /tmp/fixes" in loop
+    assert listing_line(number, original) in loop  # the fix is among the changes it tries
+    assert "It should be" not in loop  # it states no fix it could not have read
+    # a listing without the function: it makes the known fix instead
+    assert "It should be" in act_after("nothing here") and "/tmp/fixes" not in act_after("nothing here")
