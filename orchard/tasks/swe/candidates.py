@@ -1,38 +1,71 @@
-"""Candidate fixes of a function read in a numbered listing: every one-token change to its lines.
+"""Generate-and-validate repair of one function: a script an agent writes to try every one-token change.
 
-Generate-and-validate repair (GenProg, PraPR): when a failing test has located a function but not its
-wrong token, try each small change to the function's lines, rerun the tests after each, and keep the first
-that makes them pass. The changes are the mutation operators that :mod:`orchard.tasks.swe.bugs` injects
-bugs with (an operator swapped, a comparison negated or moved across its boundary, a constant or an index
-one off), applied to the code as the agent read it, never to the repository on disk. They are also what
-such a bug's fix is: its inverse is one of them (for 97% of the skills split's bugs; the others' inverse is
-no single mutation of the buggy text, such as a ``+ 1`` to delete).
+When a failing test has located a function but not its wrong token, an engineer without the arithmetic to
+hand can try each small change to the function's lines, rerun the tests after each, and keep the first that
+makes them pass (GenProg, PraPR). :func:`repair_command` is that search as one bash command: a Python script
+on its standard input, the same text for every task, given the file and the function's name. Its changes are
+the inverses of the bug kinds :mod:`orchard.tasks.swe.bugs` injects: an operator swapped, a comparison moved
+across its boundary or negated, a condition's ``not`` added or dropped, an integer one off, a boolean flipped.
 
-:func:`search_command` writes the whole search as one bash command: the candidates as ``nl -ba`` prints
-lines (a policy that imitates it writes each as a copy of a line it read, after the same number, with one
-token changed), then a loop over them.
+The script departs from the paper's teachers, whose fixes come from a model's reading of the code: here the
+agent chooses where to search (the file and the function, copied from what the traceback and the search
+showed it) and the script chooses the token. A policy that imitates it learns to localise a bug and to run the
+repair, which carries to code it never saw; writing the fixed line itself would take arithmetic on the failing
+assertion that a small policy trained from scratch does not learn (``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import textwrap
-from dataclasses import dataclass
 
-from orchard.tasks.swe.bugs import check_mutation, find_mutations
-
-# The kinds whose inverse is a one-token change (a removed statement cannot be recovered from what is left).
-CANDIDATE_KINDS = ("swap_operator", "off_by_one", "invert_condition", "change_constant")
 _NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
 
+# Reads the file and the function's name from its arguments, tries each change to each line of the function's
+# body in order, and stops at the first that passes the test suite (the file left changed), else restores it.
+REPAIR_SCRIPT = '''\
+import ast, io, subprocess, sys, tokenize
+path, name = sys.argv[1], sys.argv[2]
+text = open(path).read()
+lines = text.split("\\n")
+node = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == name)
+swaps = {"+": "-", "-": "+", "*": "/", "/": "*", "//": "/", "%": "//", "<": "<= >=", "<=": "< >",
+         ">": ">= <=", ">=": "> <", "==": "!=", "!=": "==", "and": "or", "or": "and", "True": "False",
+         "False": "True"}
 
-@dataclass(frozen=True)
-class Candidate:
-    """Line ``number`` of the file rewritten as ``text``."""
 
-    number: int
-    text: str
+def changes(line):
+    indent, code = line[:len(line) - len(line.lstrip())], line.strip()
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code + "\\n").readline))
+    except (tokenize.TokenError, SyntaxError):
+        return
+    for token in tokens:
+        start, end = token.start[1], token.end[1]
+        if token.type == tokenize.NUMBER and token.string.isdigit():
+            news = [str(int(token.string) + 1), str(int(token.string) - 1)]
+        else:
+            news = swaps.get(token.string, "").split() if token.type in (tokenize.OP, tokenize.NAME) else []
+        for new in news:
+            if not new.startswith("-"):
+                yield indent + code[:start] + new + code[end:]
+    if code.startswith(("if ", "elif ", "while ")):
+        keyword, condition = code.split(" ", 1)
+        yield indent + keyword + " " + (condition[4:] if condition.startswith("not ") else "not " + condition)
+
+
+for number in range(node.lineno + 1, node.end_lineno + 1):
+    old = lines[number - 1]
+    for new in changes(old):
+        lines[number - 1] = new
+        open(path, "w").write("\\n".join(lines))
+        if subprocess.run(TESTS, shell=True, capture_output=True).returncode == 0:
+            print(f"passes with line {number}: {new}")
+            sys.exit(0)
+    lines[number - 1] = old
+open(path, "w").write(text)
+print(f"no one-token change to {name} passes")
+'''
 
 
 def numbered_lines(listing: str) -> dict[int, str]:
@@ -41,82 +74,13 @@ def numbered_lines(listing: str) -> dict[int, str]:
             if (match := _NUMBERED.match(line))}
 
 
-def function_lines(lines: dict[int, str], function: str) -> dict[int, str]:
-    """The numbered lines of ``def function`` (its ``def`` line and its indented body, blank lines inside
-    it kept), from the first such definition in ``lines``; empty when there is none."""
-    numbers = sorted(lines)
-    start = next((n for n in numbers if re.match(rf"\s*(?:async\s+)?def\s+{re.escape(function)}\(", lines[n])), None)
-    if start is None:
-        return {}
-    indent = len(lines[start]) - len(lines[start].lstrip())
-    body = {start: lines[start]}
-    for number in range(start + 1, numbers[-1] + 1):
-        text = lines.get(number)
-        if text is None:
-            break  # a gap in the listing: the function's end was not read
-        if text.strip() and len(text) - len(text.lstrip()) <= indent:
-            break
-        body[number] = text
-    while len(body) > 1 and not body[max(body)].strip():
-        del body[max(body)]
-    return body
-
-
-def candidate_fixes(lines: dict[int, str], function: str, path: str = "<read>") -> list[Candidate]:
-    """Every one-token change to ``def function``'s lines in ``lines`` (:func:`numbered_lines`), in the
-    order of the source, left to right on a line; each a whole line rewritten. Empty when the function's
-    lines were not all read (they do not parse)."""
-    body = function_lines(lines, function)
-    if not body:
-        return []
-    numbers = sorted(body)
-    source = textwrap.dedent("\n".join(body[n] for n in numbers)) + "\n"
-    margin = body[numbers[0]][: len(body[numbers[0]]) - len(source.split("\n", 1)[0])]
-    try:
-        mutations = find_mutations(source, path, CANDIDATE_KINDS)
-    except SyntaxError:
-        return []
-    original = source.split("\n")
-    seen: set[Candidate] = set()
-    candidates: list[Candidate] = []
-    for mutation in sorted(mutations, key=lambda m: (m.start, m.end)):
-        reason, changed = check_mutation(source, mutation)
-        changed_lines = changed.split("\n")
-        if reason is not None or len(changed_lines) != len(original):
-            continue
-        differ = [i for i, (old, new) in enumerate(zip(original, changed_lines, strict=True)) if old != new]
-        if len(differ) != 1:
-            continue
-        candidate = Candidate(numbers[differ[0]], margin + changed_lines[differ[0]])
-        if candidate not in seen:
-            seen.add(candidate)
-            candidates.append(candidate)
-    return candidates
-
-
-def sed_replace_line(number: int, text: str) -> str:
-    """The ``sed`` script that rewrites line ``number`` as ``text``."""
-    escaped = re.sub(r"([\\/&])", r"\\\1", text)
-    return f"{number}s/.*/{escaped}/"
-
-
 def listing_line(number: int, text: str) -> str:
     """A line as ``nl -ba`` prints it: the number right-aligned in six places, a tab, the text."""
     return f"{number:>6}\t{text}"
 
 
-def search_command(candidates: list[Candidate], path: str, test_command: str = "python -m pytest -q -x") -> str:
-    """One bash command that writes the candidates to a file, a line each as ``nl -ba`` printed the line it
-    changes (so each is the line the agent read with one token changed, after the same number), then
-    applies each to ``path`` in turn (``sed``'s ``c`` command), runs ``test_command``, stops at the first
-    that passes (printing it) and otherwise restores the file (``git checkout``) for the next.
-
-    Candidates whose text holds a backslash are left out (``sed``'s ``c`` would read it as an escape)."""
-    fixes = "\n".join(listing_line(c.number, c.text) for c in candidates if "\\" not in c.text)
-    quoted = shlex.quote(path)
-    return (f"cat > /tmp/fixes <<'FIXES'\n{fixes}\nFIXES\n"
-            f"while IFS=$'\\t' read -r n line; do\n"
-            f"  sed -i \"$((n))c\\\\$line\" {quoted}\n"
-            f"  {test_command} >/dev/null 2>&1 && {{ echo \"passes with line $((n)): $line\"; break; }}\n"
-            f"  git checkout -q -- {quoted}\n"
-            f"done < /tmp/fixes")
+def repair_command(path: str, function: str, test_command: str = "python -m pytest -q -x") -> str:
+    """The bash command that runs :data:`REPAIR_SCRIPT` on ``def function`` in ``path`` (from the repository
+    root), checking each change with ``test_command``."""
+    script = REPAIR_SCRIPT.replace("TESTS", repr(test_command), 1)
+    return f"python - {shlex.quote(path)} {shlex.quote(function)} <<'PY'\n{script}PY"

@@ -14,11 +14,11 @@ environment interaction without an API key. Variants make the data realistic:
   sees them still fail, reverts that edit (``git checkout``), makes the right one, reruns, submits:
   the check-and-retry behaviour verification exists for;
 - ``search``: it localises the bug as ``clean`` does, then does not use what it knows of the fix: it
-  tries every one-token change to the lines of the function it read, in one loop that reruns the tests
-  after each and keeps the first that passes (:mod:`orchard.tasks.swe.candidates`), reruns the failing
-  tests and submits. Every action follows from what the agent saw, so a policy that imitates it learns
-  a procedure that carries to code it never saw; ``clean``'s edit states a fix that only arithmetic on
-  the failing assertion would find. When no candidate passes (the bug's inverse is not a one-token
+  writes a script that tries every one-token change to the lines of the function it read, rerunning the
+  tests after each and keeping the first that passes (:mod:`orchard.tasks.swe.candidates`), reruns the
+  failing tests and submits. Every action follows from what the agent saw, so a policy that imitates it
+  learns a procedure that carries to code it never saw; ``clean``'s edit states a fix that only arithmetic
+  on the failing assertion would find. When no change passes (the bug's inverse is not a one-token
   change), the run ends unresolved, after real localisation.
 
 And two imperfect teachers, whose failures hold real partial progress, labelled by their names
@@ -60,7 +60,7 @@ from orchard.data.trajectory import Message, ToolCall
 from orchard.harness.bash import SUBMIT_COMMAND
 from orchard.harness.core import Conversation, Turn
 from orchard.seeds import seeded_random
-from orchard.tasks.swe.candidates import candidate_fixes, numbered_lines, search_command, sed_replace_line
+from orchard.tasks.swe.candidates import listing_line, numbered_lines, repair_command
 from orchard.tasks.swe.diffs import Hunk, parse_patch
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.workspace import REPO_DIR
@@ -110,12 +110,12 @@ def _sed_script(hunk: Hunk, number: int) -> str | None:
     added = [line for line in hunk.new if line not in hunk.old]
     if len(removed) != 1 or len(added) != 1:
         return None
+    replacement = re.sub(r"([\\/&])", r"\\\1", added[0])
     index = number - hunk.old_start
     previous = hunk.old[index - 1] if 0 < index <= len(hunk.old) else ""
     if match := re.match(r"\s*(?:async\s+)?def\s+(\w+)\(", previous):
-        replace = sed_replace_line(number, added[0]).removeprefix(str(number))
-        return f"{number - 1}{{/def {match.group(1)}(/{{n;{replace}}}}}"
-    return sed_replace_line(number, added[0])
+        return f"{number - 1}{{/def {match.group(1)}(/{{n;s/.*/{replacement}/}}}}"
+    return f"{number}s/.*/{replacement}/"
 
 
 def _enclosing_function(hunk: Hunk, number: int) -> str | None:
@@ -261,7 +261,7 @@ class OracleTeacher:
         where = f"The bug is in `def {function}`, on this line of {hunk.path}:" if function else \
             f"The bug is on this line of {hunk.path}:"
         fixed = _fixed_line(hunk)
-        thought = f"{where}\n{number:>6}\t{text}\n" + (f"It should be `{fixed}`. " if fixed is not None else "") + \
+        thought = f"{where}\n{listing_line(number, text)}\n" + (f"It should be `{fixed}`. " if fixed is not None else "") + \
             "Fixing it."
         if self.style == "codeact":
             return Step(thought, "edit", {"command": "str_replace", "path": f"{REPO_DIR}/{hunk.path}",
@@ -272,21 +272,19 @@ class OracleTeacher:
         return Step(thought, "bash", {"command": f"cat > /tmp/fix.patch <<'PATCH'\n{patch}PATCH\ngit apply /tmp/fix.patch"})
 
     def _try(self, hunk: Hunk, conversation: Conversation) -> Step:
-        """Try every one-token change to the buggy function's lines as the agent read them (the last
-        observation), or, when that listing does not hold the whole function, make the known fix."""
+        """Run the repair script on the function the buggy line is in, as the agent read it (the last
+        observation), or, when that listing does not show the function's ``def``, make the known fix."""
         number = buggy_line(hunk)[0]
         listing = numbered_lines(_last_observation(conversation))
         # the function the buggy line is in, as the listing shows it (the hunk's three lines of context may not
         # reach its def)
         defs = [match.group(1) for n in sorted(listing) if n <= number
                 if (match := re.match(r"\s*(?:async\s+)?def\s+(\w+)\(", listing[n]))]
-        function = defs[-1] if defs else None
-        candidates = candidate_fixes(listing, function) if function else []
-        if not candidates:
+        if not defs:
             return self._edit(hunk)
-        thought = (f"Nothing in `def {function}` looks wrong to me at a glance, so let me try each one-token change "
+        thought = (f"Nothing in `def {defs[-1]}` looks wrong to me at a glance, so let me try each one-token change "
                    f"to its lines, rerunning the tests after each, and keep the first that makes them pass.")
-        return Step(thought, "bash", {"command": search_command(candidates, hunk.path)})
+        return Step(thought, "bash", {"command": repair_command(hunk.path, defs[-1])})
 
     @staticmethod
     def _close(conversation: Conversation) -> Step:

@@ -123,7 +123,8 @@ def test_the_search_variant_fixes_generated_bugs_by_trying_one_token_changes(orc
         assert trajectory.outcome.resolved, (trajectory.task_id, trajectory.harness)
         actions = [m for m in trajectory.messages if m.role == "assistant"]
         observations = [m.content for m in trajectory.messages if m.role in ("tool", "user")][1:]
-        # reproduce, find, read, the loop, rerun, submit; the loop's candidates are lines it read, one token changed
-        assert len(actions) == 6 and "done < /tmp/fixes" in str(actions[3].content) + str(actions[3].tool_calls)
+        # reproduce, find, read, the repair script, rerun, submit
+        repair = actions[3].tool_calls[0].arguments["command"] if actions[3].tool_calls else actions[3].content
+        assert len(actions) == 6 and "<<'PY'" in repair
         assert "passes with line " in observations[3] and "passed" in observations[4]
         assert "failed" in observations[0] and "pass now" in str(actions[5].content) + str(actions[5].tool_calls)

@@ -11,7 +11,7 @@ import pytest
 
 from orchard.data.trajectory import Message
 from orchard.harness.core import Conversation
-from orchard.tasks.swe.candidates import listing_line
+from orchard.tasks.swe.candidates import listing_line, repair_command
 from orchard.tasks.swe.collect import make_teacher
 from orchard.tasks.swe.diffs import parse_patch
 from orchard.tasks.swe.oracle import VARIANTS, OracleTeacher, _traceback_function, buggy_line
@@ -106,13 +106,15 @@ def test_with_fewer_samples_than_variants_every_variant_gets_tasks(instance):
                      for n in range(40)]  # seeded
 
 
-def test_the_search_variant_tries_the_changes_to_what_it_read(instance):
+def test_the_search_variant_runs_the_repair_on_the_function_it_read(instance):
     teacher = OracleTeacher(instance, "bash", "search")
     [hunk, *_] = parse_patch(instance.patch)
     number, _ = buggy_line(hunk)
-    original = next(line for line in hunk.new if line not in hunk.old)
     with open(os.path.join(instance.repo_path, hunk.path)) as handle:
-        listing = "\n".join(f"{n:>6}\t{line}" for n, line in enumerate(handle.read().split("\n"), start=1))
+        lines = handle.read().split("\n")
+    function = next(re.match(r"def (\w+)", line).group(1) for line in reversed(lines[:number])
+                    if line.startswith("def "))
+    listing = "\n".join(listing_line(n, line) for n, line in enumerate(lines, start=1))
 
     def act_after(observation: str):
         messages = [Message(role="system", content="s"), Message(role="user", content="fix it")]
@@ -120,9 +122,8 @@ def test_the_search_variant_tries_the_changes_to_what_it_read(instance):
             messages += [Message(role="assistant", content="..."), Message(role="user", content=reply)]
         return asyncio.run(teacher.act(Conversation(messages=messages))).message.content
 
-    loop = act_after(listing)
-    assert "try each one-token change" in loop and "done < /tmp/fixes" in loop
-    assert listing_line(number, original) in loop  # the fix is among the changes it tries
-    assert "It should be" not in loop  # it states no fix it could not have read
+    action = act_after(listing)
+    assert "try each one-token change" in action and repair_command(hunk.path, function) in action
+    assert "It should be" not in action  # it states no fix it could not have read
     # a listing without the function: it makes the known fix instead
-    assert "It should be" in act_after("nothing here") and "/tmp/fixes" not in act_after("nothing here")
+    assert "It should be" in act_after("nothing here") and "<<'PY'" not in act_after("nothing here")
