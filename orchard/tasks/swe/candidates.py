@@ -21,50 +21,33 @@ import shlex
 
 _NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
 
-# Reads the file and the function's name from its arguments, tries each change to each line of the function's
-# body in order, and stops at the first that passes the test suite (the file left changed), else restores it.
+# The script, terse as a one-off script typed at a prompt (the policy writes all of it: every token costs a
+# decoding step and a place in the context). It reads the file and the function's name from its arguments; W
+# maps a token to its replacements; C yields a line's one-token changes (each integer one up and one down, not
+# below 0; each token of W replaced; an `if`/`elif`/`while` condition's `not` added or dropped); the loop tries
+# each change to each line of the function's body in order, and stops at the first that passes the test suite
+# (the file left changed), else restores the file.
 REPAIR_SCRIPT = '''\
-import ast, io, subprocess, sys, tokenize
-path, name = sys.argv[1], sys.argv[2]
-text = open(path).read()
-lines = text.split("\\n")
-node = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == name)
-swaps = {"+": "-", "-": "+", "*": "/", "/": "*", "//": "/", "%": "//", "<": "<= >=", "<=": "< >",
-         ">": ">= <=", ">=": "> <", "==": "!=", "!=": "==", "and": "or", "or": "and", "True": "False",
-         "False": "True"}
-
-
-def changes(line):
-    indent, code = line[:len(line) - len(line.lstrip())], line.strip()
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(code + "\\n").readline))
-    except (tokenize.TokenError, SyntaxError):
-        return
-    for token in tokens:
-        start, end = token.start[1], token.end[1]
-        if token.type == tokenize.NUMBER and token.string.isdigit():
-            news = [str(int(token.string) + 1), str(int(token.string) - 1)]
-        else:
-            news = swaps.get(token.string, "").split() if token.type in (tokenize.OP, tokenize.NAME) else []
-        for new in news:
-            if not new.startswith("-"):
-                yield indent + code[:start] + new + code[end:]
-    if code.startswith(("if ", "elif ", "while ")):
-        keyword, condition = code.split(" ", 1)
-        yield indent + keyword + " " + (condition[4:] if condition.startswith("not ") else "not " + condition)
-
-
-for number in range(node.lineno + 1, node.end_lineno + 1):
-    old = lines[number - 1]
-    for new in changes(old):
-        lines[number - 1] = new
-        open(path, "w").write("\\n".join(lines))
-        if subprocess.run(TESTS, shell=True, capture_output=True).returncode == 0:
-            print(f"passes with line {number}: {new}")
-            sys.exit(0)
-    lines[number - 1] = old
-open(path, "w").write(text)
-print(f"no one-token change to {name} passes")
+import ast,io,subprocess,sys,tokenize as T
+p,f=sys.argv[1:3];s=open(p).read();L=s.split("\\n")
+n=next(x for x in ast.walk(ast.parse(s)) if getattr(x,"name","")==f)
+W=dict(zip("+ - * / // % < <= > >= == != and or True False".split(),"- + / * / // <=,>= <,> >=,<= >,< != == or and False True".split()))
+def C(l):
+ i=l[:len(l)-len(l.lstrip())];c=l.strip()
+ try:t=list(T.generate_tokens(io.StringIO(c).readline))
+ except Exception:return
+ for k in t:
+  a,b=k.start[1],k.end[1];v=[str(int(k.string)+d) for d in(1,-1)] if k.string.isdigit() else W.get(k.string,"").split(",")
+  for w in v:
+   if w and w!="-1":yield i+c[:a]+w+c[b:]
+ if c.split(" ")[0] in("if","elif","while"):q,r=c.split(" ",1);yield i+q+" "+(r[4:] if r[:4]=="not " else "not "+r)
+for j in range(n.lineno,n.end_lineno):
+ o=L[j]
+ for w in C(o):
+  L[j]=w;open(p,"w").write("\\n".join(L))
+  if subprocess.run(TESTS,shell=True,capture_output=True).returncode==0:print(f"passes with line {j+1}: {w}");sys.exit()
+ L[j]=o
+open(p,"w").write(s);print(f"no one-token change to {f} passes")
 '''
 
 
