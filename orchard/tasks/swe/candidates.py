@@ -8,8 +8,7 @@ the inverses of the bug kinds :mod:`orchard.tasks.swe.bugs` injects: an operator
 across its boundary or negated, a condition's ``not`` added or dropped, an integer one off, a boolean flipped.
 
 The script departs from the paper's teachers, whose fixes come from a model's reading of the code: here the
-agent chooses where to search (the file and the function, copied from what the traceback and the search
-showed it) and the script chooses the token. A policy that imitates it learns to localise a bug and to run the
+agent chooses where to search (the file and the function's line, copied from what its search printed) and the script chooses the token. A policy that imitates it learns to localise a bug and to run the
 repair, which carries to code it never saw; writing the fixed line itself would take arithmetic on the failing
 assertion that a small policy trained from scratch does not learn (``docs/benchmarks.md``).
 """
@@ -22,15 +21,16 @@ import shlex
 _NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
 
 # The script, terse as a one-off script typed at a prompt (the policy writes all of it: every token costs a
-# decoding step and a place in the context). It reads the file and the function's name from its arguments; W
+# decoding step and a place in the context). It reads the file and its function's `def` line from its argument
+# (`PATH:LINE`, as `grep -n` printed the definition, so the agent copies it whole from the search's output); W
 # maps a token to its replacements; C yields a line's one-token changes (each integer one up and one down, not
 # below 0; each token of W replaced; an `if`/`elif`/`while` condition's `not` added or dropped); the loop tries
 # each change to each line of the function's body in order, and stops at the first that passes the test suite
 # (the file left changed), else restores the file.
 REPAIR_SCRIPT = '''\
 import ast,io,subprocess,sys,tokenize as T
-p,f=sys.argv[1:3];s=open(p).read();L=s.split("\\n")
-n=next(x for x in ast.walk(ast.parse(s)) if getattr(x,"name","")==f)
+p,f=sys.argv[1].rsplit(":",1);s=open(p).read();L=s.split("\\n")
+n=next(x for x in ast.walk(ast.parse(s)) if isinstance(x,ast.FunctionDef) and x.lineno==int(f))
 W=dict(zip("+ - * / // % < <= > >= == != and or True False".split(),"- + / * / // <=,>= <,> >=,<= >,< != == or and False True".split()))
 def C(l):
  i=l[:len(l)-len(l.lstrip())];c=l.strip()
@@ -47,7 +47,7 @@ for j in range(n.lineno,n.end_lineno):
   L[j]=w;open(p,"w").write("\\n".join(L))
   if subprocess.run(TESTS,shell=True,capture_output=True).returncode==0:print(f"passes with line {j+1}: {w}");sys.exit()
  L[j]=o
-open(p,"w").write(s);print(f"no one-token change to {f} passes")
+open(p,"w").write(s);print(f"no one-token change to the function at line {f} passes")
 '''
 
 
@@ -62,8 +62,9 @@ def listing_line(number: int, text: str) -> str:
     return f"{number:>6}\t{text}"
 
 
-def repair_command(path: str, function: str, test_command: str = "python -m pytest -q -x") -> str:
-    """The bash command that runs :data:`REPAIR_SCRIPT` on ``def function`` in ``path`` (from the repository
-    root), checking each change with ``test_command``."""
+def repair_command(path: str, def_line: int, test_command: str = "python -m pytest -q -x") -> str:
+    """The bash command that runs :data:`REPAIR_SCRIPT` on the function whose ``def`` is on line ``def_line`` of
+    ``path`` (from the repository root; written ``./PATH:LINE``, as ``grep -rn`` prints a hit), checking each
+    change with ``test_command``."""
     script = REPAIR_SCRIPT.replace("TESTS", repr(test_command), 1)
-    return f"python - {shlex.quote(path)} {shlex.quote(function)} <<'PY'\n{script}PY"
+    return f"python - {shlex.quote(f'./{path}:{def_line}')} <<'PY'\n{script}PY"

@@ -278,13 +278,14 @@ class OracleTeacher:
         listing = numbered_lines(_last_observation(conversation))
         # the function the buggy line is in, as the listing shows it (the hunk's three lines of context may not
         # reach its def)
-        defs = [match.group(1) for n in sorted(listing) if n <= number
-                if (match := re.match(r"\s*(?:async\s+)?def\s+(\w+)\(", listing[n]))]
+        defs = [(n, match.group(1)) for n in sorted(listing) if n <= number
+                if (match := re.match(r"\s*def\s+(\w+)\(", listing[n]))]
         if not defs:
             return self._edit(hunk)
-        thought = (f"Nothing in `def {defs[-1]}` looks wrong to me at a glance, so let me try each one-token change "
+        line, function = defs[-1]
+        thought = (f"Nothing in `def {function}` looks wrong to me at a glance, so let me try each one-token change "
                    f"to its lines, rerunning the tests after each, and keep the first that makes them pass.")
-        return Step(thought, "bash", {"command": repair_command(hunk.path, defs[-1])})
+        return Step(thought, "bash", {"command": repair_command(hunk.path, line)})
 
     @staticmethod
     def _close(conversation: Conversation) -> Step:

@@ -64,9 +64,9 @@ def _repository(tmp_path, body: str):
         subprocess.run(command, cwd=tmp_path, check=True)
 
 
-def _repair(tmp_path, function: str = "score") -> str:
+def _repair(tmp_path) -> str:
     # this interpreter's pytest, without the suite's plugins (a sandbox's repository has none)
-    command = repair_command("pkg/m.py", function, f"{shlex.quote(sys.executable)} -m pytest -q -x -p no:cacheprovider")
+    command = repair_command("pkg/m.py", 4, f"{shlex.quote(sys.executable)} -m pytest -q -x -p no:cacheprovider")
     done = subprocess.run(["bash", "-c", command.replace("python -", f"{shlex.quote(sys.executable)} -", 1)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
@@ -93,6 +93,6 @@ def test_the_script_undoes_an_injected_bug(tmp_path, kind, buggy):
 def test_the_script_restores_the_file_when_no_change_passes(tmp_path):
     buggy = MODULE.replace("        return xs[0] + 9", "        return xs[1] + 8")  # two tokens off
     _repository(tmp_path, buggy)
-    assert _repair(tmp_path) == "no one-token change to score passes\n"
+    assert _repair(tmp_path) == "no one-token change to the function at line 4 passes\n"
     status = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path, capture_output=True, text=True, check=True)
     assert status.stdout == ""

@@ -112,8 +112,7 @@ def test_the_search_variant_runs_the_repair_on_the_function_it_read(instance):
     number, _ = buggy_line(hunk)
     with open(os.path.join(instance.repo_path, hunk.path)) as handle:
         lines = handle.read().split("\n")
-    function = next(re.match(r"def (\w+)", line).group(1) for line in reversed(lines[:number])
-                    if line.startswith("def "))
+    def_line = max(n for n, line in enumerate(lines[:number], start=1) if line.startswith("def "))
     listing = "\n".join(listing_line(n, line) for n, line in enumerate(lines, start=1))
 
     def act_after(observation: str):
@@ -123,7 +122,7 @@ def test_the_search_variant_runs_the_repair_on_the_function_it_read(instance):
         return asyncio.run(teacher.act(Conversation(messages=messages))).message.content
 
     action = act_after(listing)
-    assert "try each one-token change" in action and repair_command(hunk.path, function) in action
+    assert "try each one-token change" in action and repair_command(hunk.path, def_line) in action
     assert "It should be" not in action  # it states no fix it could not have read
     # a listing without the function: it makes the known fix instead
     assert "It should be" in act_after("nothing here") and "<<'PY'" not in act_after("nothing here")
