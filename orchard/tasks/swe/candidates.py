@@ -3,14 +3,16 @@
 When a failing test has located a function but not its wrong token, an engineer without the arithmetic to
 hand can try each small change to the function's lines, rerun the tests after each, and keep the first that
 makes them pass (GenProg, PraPR). :func:`repair_command` is that search as one bash command: a Python script
-on its standard input, the same text for every task, given the file and the function's name. Its changes are
-the inverses of the bug kinds :mod:`orchard.tasks.swe.bugs` injects: an operator swapped, a comparison moved
-across its boundary or negated, a condition's ``not`` added or dropped, an integer one off, a boolean flipped.
+on its standard input, the same text for every task, given the function's definition as ``PATH:LINE``. Its
+changes are the inverses of the bug kinds :mod:`orchard.tasks.swe.bugs` injects: an operator swapped, a
+comparison moved across its boundary or negated, a condition's ``not`` added or dropped, an integer one off, a
+boolean flipped.
 
 The script departs from the paper's teachers, whose fixes come from a model's reading of the code: here the
-agent chooses where to search (the file and the function's line, copied from what its search printed) and the script chooses the token. A policy that imitates it learns to localise a bug and to run the
-repair, which carries to code it never saw; writing the fixed line itself would take arithmetic on the failing
-assertion that a small policy trained from scratch does not learn (``docs/benchmarks.md``).
+agent chooses where to search (the function's definition, copied from what its search printed) and the script
+chooses the token. A policy that imitates it learns to localise a bug and to run the repair, which carries to
+code it never saw; writing the fixed line itself takes arithmetic on the failing assertion that a small policy
+trained from scratch did not learn (README, the skills variant).
 """
 
 from __future__ import annotations

@@ -261,8 +261,8 @@ class OracleTeacher:
         where = f"The bug is in `def {function}`, on this line of {hunk.path}:" if function else \
             f"The bug is on this line of {hunk.path}:"
         fixed = _fixed_line(hunk)
-        thought = f"{where}\n{listing_line(number, text)}\n" + (f"It should be `{fixed}`. " if fixed is not None else "") + \
-            "Fixing it."
+        thought = f"{where}\n{listing_line(number, text)}\n" + \
+            (f"It should be `{fixed}`. " if fixed is not None else "") + "Fixing it."
         if self.style == "codeact":
             return Step(thought, "edit", {"command": "str_replace", "path": f"{REPO_DIR}/{hunk.path}",
                                           "old_str": "\n".join(hunk.old), "new_str": "\n".join(hunk.new)})
