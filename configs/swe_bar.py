@@ -162,6 +162,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
         # 4 layers of width 128 (1.3M parameters): on the searching teacher's runs, seed 0, 700 steps of about 1.2 s.
         config.model.init.update({"hidden_size": 128, "num_layers": 4, "intermediate_size": 384, "head_dim": 32})
         config.sft.optim.update({"peak_lr": 3e-3, "final_lr": 3e-4})
+        # RL near the SFT policy, chosen on validation (seed 0): at 5e-4 two informative updates moved it away (KL to
+        # it 0.47, entropy doubled) and no rollout resolved again; at 2e-5 its KL stayed under 0.003, informative
+        # groups at 12 of 14 steps, validation greedy unchanged (3 of 18), sampled 0 -> 3 of 36 episodes.
+        config.rl.optim.update({"peak_lr": 2e-5, "final_lr": 2e-5})
         if variant == "gpu":
             _one_gpu(config)
     elif variant == "qwen3_30b_a3b":
