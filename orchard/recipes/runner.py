@@ -31,7 +31,7 @@ import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ml_collections import ConfigDict
@@ -156,7 +156,8 @@ async def evaluation_stage(family: Family, ctx: Context, root: str, split: Split
     settings = ctx.settings
     samples, temperature = (1, 0.0) if pass_ == "greedy" else (settings.eval.samples, settings.rl.rollout.temperature)
     tasks: Sequence[Task] = split.held_out[held_out]
-    record = {"pass": pass_, "samples": samples, "temperature": temperature, "rollout": settings.rl.rollout,
+    # the rollout settings as this pass runs them: a greedy pass does not depend on the rollouts' temperature
+    record = {"pass": pass_, "samples": samples, "rollout": replace(settings.rl.rollout, temperature=temperature),
               "chat_format": settings.chat_format, "seed": settings.seed, "harness": harness_name,
               **family.eval_settings(settings)}
     stage = Stage(eval_directory(root, held_out, harness_name, stage_name, pass_), "eval", record,

@@ -258,11 +258,17 @@ def test_the_main_job_end_to_end(orchestrator, tmp_path):
     changed = [*command, "--config.rl.sampler.rho_max=0.8"]
     stale = subprocess.run(changed, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert stale.returncode == 1 and "stage 'rl'" in stale.stderr and "sampler.rho_max: 0.75 -> 0.8" in stale.stderr
-    sft_record = (workdir / "sft" / "stage.json").read_text()
-    redone = subprocess.run([*changed, "--rerun"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    # The rerun also changes the rollouts' temperature: the sampled evaluations rerun, the greedy ones do not.
+    kept = {path: (workdir / path / "stage.json").read_text()
+            for path in ("sft", "eval/held_out/bash/init_greedy", "eval/held_out/bash/sft_greedy")}
+    redone = subprocess.run([*changed, "--config.rl.rollout.temperature=0.9", "--rerun"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
     assert redone.returncode == 0, redone.stderr[-3000:]
-    assert (workdir / "sft" / "stage.json").read_text() == sft_record  # SFT was not touched
+    for path, record in kept.items():  # SFT and the greedy evaluations were not touched
+        assert (workdir / path / "stage.json").read_text() == record, path
     assert json.loads((workdir / "rl" / "stage.json").read_text())["config"]["sampler"]["rho_max"] == 0.8
+    sampled = json.loads((workdir / "eval/held_out/bash/sft_sampled/stage.json").read_text())
+    assert sampled["config"]["rollout"]["temperature"] == 0.9
     # RL from a saved policy, without SFT: the sampled pass and RL's change start at init.
     start, policy = tmp_path / "from_policy", str(workdir / "sft" / "model")
     no_sft = {**overrides, "teacher.samples": 0, "sft.num_steps": 0, "model.path": policy, "tokenizer.path": policy}
