@@ -4,7 +4,9 @@ Each rollout's advantage is ``(r - mean(group)) / std(group)`` (population std);
 rewards are all equal gets zero advantages. The advantage is broadcast to every assistant token of
 the trajectory; only those tokens carry loss. The loss is PPO's clipped surrogate with asymmetric
 clipping (``eps_low`` 0.2, ``eps_high`` 0.28, as in the paper and DAPO), averaged over tokens,
-with no KL and no entropy term. Old logprobs are those the rollout engine reported when sampling.
+with no entropy term and, by default, no KL term (the paper's). With ``kl_coef > 0`` the loss adds
+``kl_coef`` times the k3 estimate of the KL to the policy RL started from, per token (GRPO's and
+verl's ``use_kl_loss``), from the update batch's ``ref_logprobs``. Old logprobs are those the rollout engine reported when sampling.
 A rollout whose reward is ``None`` (judge failure, wall-clock abort) is dropped: its tokens get a
 zero loss mask.
 
@@ -82,10 +84,11 @@ def policy_diagnostics(logprobs: jax.Array, batch: dict[str, jax.Array], eps_low
 
 
 def make_policy_loss(eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, image_grid: Grid | None = None,
-                     diagnostics: bool = False):
+                     diagnostics: bool = False, kl_coef: float = 0.0):
     """``loss(graphdef, params, batch) -> (summed loss, tokens)`` for packed rollout batches with
     ``tokens, targets, positions, segment_ids, loss_mask, old_logprobs, advantages`` (and, with
-    ``image_grid``, their images: :func:`orchard.train.images.attach_images`). With ``diagnostics``,
+    ``image_grid``, their images: :func:`orchard.train.images.attach_images`; with ``kl_coef > 0``,
+    ``ref_logprobs``, whose k3 KL to the current logprobs the loss adds at that weight). With ``diagnostics``,
     ``(summed loss, tokens, sums)``: :func:`policy_diagnostics`' sums, which
     :func:`~orchard.train.state.make_train_step` reports as per-token means beside the loss."""
 
@@ -95,8 +98,11 @@ def make_policy_loss(eps_low: float = EPS_LOW, eps_high: float = EPS_HIGH, image
         advantages = batch["advantages"]
         clipped = jnp.clip(ratio, 1.0 - eps_low, 1.0 + eps_high)
         surrogate = jnp.minimum(ratio * advantages, clipped * advantages)
+        per_token = -surrogate
+        if kl_coef > 0:  # the gradient flows through the current logprobs only
+            per_token = per_token + kl_coef * k3(batch["ref_logprobs"].astype(jnp.float32) - logprobs)
         mask = batch["loss_mask"].astype(jnp.float32)
-        summed = (-jnp.sum(surrogate * mask), jnp.sum(mask))
+        summed = (jnp.sum(per_token * mask), jnp.sum(mask))
         return (*summed, policy_diagnostics(logprobs, batch, eps_low, eps_high)) if diagnostics else summed
 
     return loss

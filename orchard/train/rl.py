@@ -132,6 +132,7 @@ class RLConfig:
     updates_per_batch: int = 1  # GRPO's iterations: policy updates on each step's rollouts
     eps_low: float = 0.2
     eps_high: float = 0.28
+    kl_coef: float = 0.0  # weight of the KL to the start policy in the loss (0: none, as the paper trains)
     seq_len: int = 2048  # the learner's rows
     rows: int = 64  # the most rows an update packs: a step's chosen rollouts must fit
     micro_rows: int = 8  # rows per micro-batch: an update accumulates gradients over micro-batches of this size
@@ -521,7 +522,7 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
     start_params = jax.tree.map(jnp.copy, state.params)
 
     def make_step(grid: Grid | None) -> Any:
-        loss = make_policy_loss(config.eps_low, config.eps_high, grid, diagnostics=True)
+        loss = make_policy_loss(config.eps_low, config.eps_high, grid, diagnostics=True, kl_coef=config.kl_coef)
         return make_train_step(graphdef, optimizer, schedule, loss_fn=loss)
 
     learner = Learner(graphdef, make_step, mesh, engine, chat_format, config, vision, start_params)

@@ -171,6 +171,26 @@ def test_the_policy_loss_equals_a_numpy_reference():
     assert float(loss) == pytest.approx(-(surrogate * mask).sum(), rel=1e-4)
 
 
+def test_the_kl_penalty_adds_the_weighted_k3_to_the_start_policy_and_its_gradient_pulls_towards_it():
+    graphdef, params, batch, logp = _policy_batch(3, 4, 7, [1.0, -1.0, 0.0])
+    mask, old, advantages, ref = (np.asarray(batch[k]) for k in ("loss_mask", "old_logprobs", "advantages",
+                                                                  "ref_logprobs"))
+    ratio = np.exp(logp - old)
+    surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.28) * advantages)
+    kl = np.exp(ref - logp) - (ref - logp) - 1
+    loss, count = make_policy_loss(0.2, 0.28, kl_coef=0.5)(graphdef, params, batch)
+    assert float(count) == mask.sum()
+    assert float(loss) == pytest.approx(((-surrogate + 0.5 * kl) * mask).sum(), rel=1e-4)
+
+    # With no advantage to follow, descending the loss lowers the KL to the start policy.
+    still = {**batch, "advantages": jnp.zeros_like(batch["advantages"])}
+    penalty = make_policy_loss(kl_coef=1.0, diagnostics=True)
+    grads = jax.grad(lambda p: penalty(graphdef, p, still)[0])(params)
+    moved = jax.tree.map(lambda p, g: p - 0.05 * g, params, grads)
+    before, after = (float(penalty(graphdef, p, still)[2]["kl_to_start"]) for p in (params, moved))
+    assert after < before
+
+
 def test_the_policy_diagnostics_equal_a_numpy_reference_and_the_step_averages_them_over_micro_batches():
     graphdef, params, batch, logp = _policy_batch(4, 2, 5, [1.0, -1.0, -1.0, 1.0])
     mask, old, advantages, ref = (np.asarray(batch[k]) for k in ("loss_mask", "old_logprobs", "advantages",
