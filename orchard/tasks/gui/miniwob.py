@@ -14,11 +14,14 @@ the same DOM. An episode (:meth:`MiniWoBTask.setup`):
    raw reward (``WOB_RAW_REWARD_GLOBAL``, before any time penalty), through the context's event
    binding: the grader reads that record, kept on the host, not the page (which the policy drives).
    The report carries a nonce drawn for the episode and held only in the wrapper's closure: an
-   end-of-episode report without it (script of the policy's in a page that renders its text as
-   HTML, calling the binding itself) is not the page's, and the episode is graded as tampering. What
-   the nonce cannot tell apart is such script calling ``core.endEpisode`` with a reward of its own;
-   the browser tools run no script (``javascript:`` URLs are refused);
-4. seeds, starts the episode (``core.startEpisodeReal``), and checks that the instruction
+   end-of-episode report without it is not the page's, and the episode is graded as tampering;
+4. runs no script but the page's own. The browser tools run none (``javascript:`` URLs are refused),
+   and the page is opened from a copy (:func:`guarded_page`) whose Content-Security-Policy allows the
+   package's script files and the page's own inline scripts (by their hashes), nothing else: markup
+   the policy's text puts into a page that renders it as HTML (an ``onerror`` handler, a ``<script>``,
+   a ``javascript:`` link) does not run, so it can neither call the binding nor ``core.endEpisode``
+   with a reward of its own, which the nonce alone could not tell from the page's;
+5. seeds, starts the episode (``core.startEpisodeReal``), and checks that the instruction
    (``core.getUtterance``) is the one the instance was built with.
 
 The page ends its own episode (a right or wrong submission); :class:`~orchard.harness.browser.BrowserHarness`
@@ -34,10 +37,13 @@ oracle teacher uses live in ``miniwob_solvers.js`` beside this file.
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import hashlib
 import json
 import os
 import random
+import re
 import secrets
 import weakref
 from collections.abc import Iterable, Sequence
@@ -62,6 +68,8 @@ from orchard.tasks.gui.judges import Judgement, RewardSettings, RuleJudge, Verdi
 EPISODE_TIME_MS = 3_600_000  # replaces the pages' own 7-30 s limits; the harness's limits apply instead
 VIEWPORT = (160, 210)  # MiniWoB's task area (#wrap), at the top left of the page
 UPLOAD_DIR = "/tmp/miniwob"
+GUARDED_DIR = "/tmp/orchard-miniwob"  # the pages as episodes open them (guarded_page), in the sandbox
+INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc\s*=)[^>]*>(.*?)</script>", re.S | re.I)
 
 # Runs in the page before the episode starts: hides the score and timer, lifts the time limit, and
 # reports the end of the episode (first end only) through the context's binding.
@@ -257,14 +265,34 @@ def solvers_script() -> str:
         return handle.read()
 
 
+def guarded_page(page: str, root: str) -> str:
+    """``page``'s HTML as an episode opens it: a ``<meta>`` Content-Security-Policy first in its head, then
+    a ``<base>`` at ``root``'s ``miniwob/`` (where the package's relative links point). Scripts run only
+    from ``file:`` URLs and the page's own inline ``<script>`` elements, named by their SHA-256 (``eval``
+    stays allowed: the package's libraries use it, and only running script can call it); no inline event
+    handler, ``javascript:`` URL, frame, worker, plugin or other ``<base>`` is allowed."""
+    with open(os.path.join(pages_dir(), "miniwob", f"{page}.html"), encoding="utf-8") as handle:
+        html = handle.read()
+    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()}'"
+                      for body in INLINE_SCRIPT.findall(html))
+    policy = f"script-src file: 'unsafe-eval' {hashes}; object-src 'none'; frame-src 'none'; worker-src 'none'; base-uri file:"
+    head = f'<meta http-equiv="Content-Security-Policy" content="{policy}"><base href="file://{root}/miniwob/">'
+    opened = re.search(r"<head[^>]*>", html, re.I)
+    if opened is None:
+        raise ValueError(f"the MiniWoB page {page} has no <head> to put its policy in")
+    return html[:opened.end()] + head + html[opened.end():]
+
+
 async def open_episode(sandbox: AsyncSandbox, page: str, seed: int, settings: BrowserSettings) -> str:
     """Open ``page`` with ``seed`` in a fresh context of the sandbox's browser (started on first
     use), and return its instruction (see the module docstring)."""
     if page not in page_names():
         raise ValueError(f"no MiniWoB page {page!r} in the miniwob package")
     root = await sandbox_pages(sandbox)
+    path = f"{GUARDED_DIR}/{page}.html"
+    await sandbox.write_file(path, guarded_page(page, root))  # every episode: nothing kept from one before
     browser = await episode_browser(sandbox, settings)
-    await browser.call("goto_url", url=f"file://{root}/miniwob/{page}.html")
+    await browser.call("goto_url", url=f"file://{path}")
     ready = False
     for _ in range(100):
         if ready := await browser.call("evaluate", script=READY_SCRIPT):

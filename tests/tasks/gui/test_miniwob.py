@@ -4,6 +4,9 @@ end and raw reward, the overrides, partial credit, and the oracle over the whole
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import re
 
 import pytest
 
@@ -14,8 +17,10 @@ from orchard.harness.core import Turn, run_agent
 from orchard.tasks.gui.miniwob import (
     CATALOGUE,
     EPISODE_TIME_MS,
+    INLINE_SCRIPT,
     MiniWoBTask,
     build_instances,
+    guarded_page,
     page_names,
     sandbox_pages,
 )
@@ -103,6 +108,40 @@ def test_an_end_of_episode_the_pages_wrapper_did_not_send_is_tampering(box):
     outcome = box.run_async(task.grade, forged)
     assert outcome.reward == -1.0 and not outcome.resolved and forged.tampered
     assert forged.metadata["judge_reason"] == "tampering"
+
+
+def test_markup_the_page_renders_runs_no_script_so_it_ends_no_episode(box):
+    """What a page that renders the policy's text as HTML would put in the DOM: an inline handler that ends
+    the episode with a reward of its own (through the page's wrapper, so the report would carry the nonce),
+    a ``javascript:`` link clicked, a handler that calls the binding, and a frame of markup. None of it runs: the episode does
+    not end, and grading finds no end of episode."""
+    task = box.run_async(build_instances, ["click-test"], [2])[0]
+    box.run_async(task.setup)
+    evaluate(box, """() => {
+      const area = document.getElementById('query');
+      area.innerHTML += '<img src="missing.png" onerror="core.endEpisode(1.0)">'
+        + '<a id="forge" href="javascript:core.endEpisode(1.0)">x</a>'
+        + '<svg><image href="missing.png" onerror="window.orchardEvent({type: \\'episode_end\\', raw_reward: 1})"/></svg>'
+        + '<iframe srcdoc="<img src=missing.png onerror=parent.core.endEpisode(1.0)>"></iframe>';
+      document.getElementById('forge').click();
+    }""")
+    box.run_async(lambda b: browser_of(b).call("wait", seconds=0.5))
+    assert evaluate(box, "() => WOB_DONE_GLOBAL") is False
+    untouched = Trajectory(task_id=task.id, messages=[Message(role="user", content=task.prompt)])
+    outcome = box.run_async(task.grade, untouched)
+    assert not outcome.resolved and not untouched.tampered and untouched.metadata["raw_reward"] is None
+
+
+def test_the_guarded_page_allows_exactly_its_own_inline_scripts():
+    html = guarded_page("click-test", "/somewhere")
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', html).group(1)
+    inline = INLINE_SCRIPT.findall(html)
+    assert len(inline) == 1 and policy.count("'sha256-") == 1
+    digest = base64.b64encode(hashlib.sha256(inline[0].encode()).digest()).decode()
+    assert f"'sha256-{digest}'" in policy and "unsafe-inline" not in policy
+    assert "object-src 'none'" in policy and "frame-src 'none'" in policy
+    assert html.index("Content-Security-Policy") < html.index('<base href="file:///somewhere/miniwob/">') \
+        < html.index("<script")
 
 
 def test_the_browser_tools_run_no_script_and_another_page_ends_nothing(box):
