@@ -57,7 +57,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.tasks = ConfigDict({"path": "", "sources": ("opkit",), "count": 200, "held_out_helper_fraction": 0.14,
                                "held_out_fraction": 0.16, "rl_fraction": 0.2,
                                "kinds": ("swap_operator", "change_constant", "off_by_one", "invert_condition"),
-                               "tests_visible": True})
+                               "tests_visible": True, "repair_tool": False})
 
     # With sources ("procedural",): generated repositories and their skill splits (orchard.tasks.swe.skills; the
     # fractions above are then unused but rl_fraction).

@@ -23,6 +23,7 @@ more rollouts on prompts whose groups have no variance.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ from typing import Any
 from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
-from orchard.config import from_config
+from orchard.config import fingerprint, from_config
 from orchard.data.chat import CHAT_FORMATS, make_chat_format
 from orchard.data.examples import to_example
 from orchard.data.tokenizer import Tokenizer
@@ -79,6 +80,12 @@ def swe_config(config: ConfigDict) -> SWEConfig:
                              "sft.examples"))
 
 
+def tasks_fingerprint(instances_made_by: str, tasks: TaskSetConfig) -> str:
+    """What the tasks are made of: their instances and, with ``tasks.repair_tool``, that tool (the prompts and the
+    sandboxes differ, so every stage that runs the tasks must rerun when it is turned on or off)."""
+    return fingerprint({"tasks": instances_made_by, "repair_tool": True}) if tasks.repair_tool else instances_made_by
+
+
 def tasks_stage(config: SWEConfig, workdir: str, rerun: bool) -> Split:
     """The instances (a file, or generated once into ``tasks/``) and their split."""
     if config.tasks.path:
@@ -95,16 +102,18 @@ def tasks_stage(config: SWEConfig, workdir: str, rerun: bool) -> Split:
             instances = make_task_set(config.tasks, stage.directory, config.seed)
             stage.finish({"instances": len(instances)})
         tasks_made_by = stage.fingerprint
+    tasks_of = functools.partial(swe_tasks, repair_tool=config.tasks.repair_tool)
+    tasks_made_by = tasks_fingerprint(tasks_made_by, config.tasks)
     if config.tasks.is_procedural:
         skills = split_by_skill(instances, config.tasks.procedural, config.seed, config.tasks.rl_fraction)
         log.info("skill split: combos held out %s; dropped %s", skills.combos, skills.dropped)
         held_out = {"validation": skills.validation, **skills.held_out}
-        return Split(sft=swe_tasks(skills.sft), rl=swe_tasks(skills.rl or skills.sft),
-                     held_out={name: swe_tasks(tasks) for name, tasks in held_out.items() if tasks},
+        return Split(sft=tasks_of(skills.sft), rl=tasks_of(skills.rl or skills.sft),
+                     held_out={name: tasks_of(tasks) for name, tasks in held_out.items() if tasks},
                      made_by=tasks_made_by, extras={"unseen": frozenset(), "rl_tasks": len(skills.rl)})
     split = split_task_set(instances, config.tasks, config.seed)
-    return Split(sft=swe_tasks(split.sft), rl=swe_tasks(split.rl_prompts),
-                 held_out={"held_out": swe_tasks(split.held_out), "held_out_helpers": swe_tasks(split.held_out_helpers)},
+    return Split(sft=tasks_of(split.sft), rl=tasks_of(split.rl_prompts),
+                 held_out={"held_out": tasks_of(split.held_out), "held_out_helpers": tasks_of(split.held_out_helpers)},
                  made_by=tasks_made_by, extras={"unseen": split.unseen, "rl_tasks": len(split.rl)})
 
 

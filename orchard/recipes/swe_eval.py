@@ -23,7 +23,7 @@ from orchard.models.shipped import resolve
 from orchard.recipes.family import Split
 from orchard.recipes.runner import RecipeResult, evaluate, open_run
 from orchard.recipes.stages import Clock, trained_policy
-from orchard.recipes.swe import SWE
+from orchard.recipes.swe import SWE, tasks_fingerprint
 from orchard.tasks.swe.instance import load_instances
 from orchard.tasks.swe.task import swe_tasks
 from orchard.workdir import file_fingerprint, write_json
@@ -55,8 +55,8 @@ async def evaluate_swe_policy(config: ConfigDict, workdir: str, *, rerun: bool =
     policy_dir = resolve(config.policy)
     async with open_run(SWE, config, workdir, rerun) as ctx:
         instances = load_instances(ctx.settings.tasks.path)
-        split = Split(sft=[], rl=[], held_out={EVAL_SET: swe_tasks(instances)},
-                      made_by=file_fingerprint(ctx.settings.tasks.path))
+        split = Split(sft=[], rl=[], held_out={EVAL_SET: swe_tasks(instances, repair_tool=ctx.settings.tasks.repair_tool)},
+                      made_by=tasks_fingerprint(file_fingerprint(ctx.settings.tasks.path), ctx.settings.tasks))
         policy_made_by = file_fingerprint(os.path.join(policy_dir, "model.safetensors"))  # its weights' bytes
         held = await evaluate(SWE, ctx, workdir, split, STAGE, ("greedy", "sampled"),
                               trained_policy(ctx.settings, policy_dir, ctx.mesh), Tokenizer.from_pretrained(policy_dir),

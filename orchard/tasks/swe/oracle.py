@@ -15,7 +15,8 @@ environment interaction without an API key. Variants make the data realistic:
   the check-and-retry behaviour verification exists for;
 - ``search``: it localises the bug as ``clean`` does, then does not use what it knows of the fix: it
   writes a script that tries every one-token change to the lines of the function it read, rerunning the
-  tests after each and keeping the first that passes (:mod:`orchard.tasks.swe.candidates`), reruns the
+  tests after each and keeping the first that passes (:mod:`orchard.tasks.swe.candidates`; where the task's
+  text offers the sandbox's ``repair`` command, it runs that instead), reruns the
   failing tests and submits. Every action follows from what the agent saw, so a policy that imitates it
   learns a procedure that carries to code it never saw; ``clean``'s edit states a fix that only arithmetic
   on the failing assertion would find. When no change passes (the bug's inverse is not a one-token
@@ -60,7 +61,7 @@ from orchard.data.trajectory import Message, ToolCall
 from orchard.harness.bash import SUBMIT_COMMAND
 from orchard.harness.core import Conversation, Turn
 from orchard.seeds import seeded_random
-from orchard.tasks.swe.candidates import listing_line, numbered_lines, repair_command
+from orchard.tasks.swe.candidates import REPAIR_TOOL_HELP, listing_line, numbered_lines, repair_command
 from orchard.tasks.swe.diffs import Hunk, parse_patch
 from orchard.tasks.swe.instance import SWEInstance
 from orchard.tasks.swe.workspace import REPO_DIR
@@ -131,6 +132,12 @@ def _enclosing_function(hunk: Hunk, number: int) -> str | None:
 def _fixed_line(hunk: Hunk) -> str | None:
     """The first line the fix adds, if it adds one."""
     return next((line for line in hunk.new if line not in hunk.old), None)
+
+
+def _offers_repair_tool(conversation: Conversation) -> bool:
+    """Whether the task's text says its sandbox has the ``repair`` command (``tasks.repair_tool``)."""
+    return any(message.role == "user" and REPAIR_TOOL_HELP in (message.content or "")
+               for message in conversation.messages)
 
 
 def _last_observation(conversation: Conversation) -> str:
@@ -273,7 +280,8 @@ class OracleTeacher:
 
     def _try(self, hunk: Hunk, conversation: Conversation) -> Step:
         """Run the repair script on the function the buggy line is in, as the agent read it (the last
-        observation), or, when that listing does not show the function's ``def``, make the known fix."""
+        observation), or, when that listing does not show the function's ``def``, make the known fix. The
+        script is written out, or, where the task's text offers it, run as the sandbox's ``repair`` command."""
         number = buggy_line(hunk)[0]
         listing = numbered_lines(_last_observation(conversation))
         # the function the buggy line is in, as the listing shows it (the hunk's three lines of context may not
@@ -285,7 +293,7 @@ class OracleTeacher:
         line, function = defs[-1]
         thought = (f"Nothing in `def {function}` looks wrong to me at a glance, so let me try each one-token change "
                    f"to its lines, rerunning the tests after each, and keep the first that makes them pass.")
-        return Step(thought, "bash", {"command": repair_command(hunk.path, line)})
+        return Step(thought, "bash", {"command": repair_command(hunk.path, line, tool=_offers_repair_tool(conversation))})
 
     @staticmethod
     def _close(conversation: Conversation) -> Step:

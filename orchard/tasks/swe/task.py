@@ -9,6 +9,9 @@ by then), recording what the grader found in
 ``trajectory.metadata["grade"]``. The reward is the paper's environment-grounded binary reward:
 +1 when the patch resolves the task, -1 otherwise.
 
+With ``repair_tool`` the sandbox also has the command ``repair PATH:LINE``
+(:func:`~orchard.tasks.swe.candidates.install_repair_tool`) and the prompt ends with what it does.
+
 An episode that submitted nothing is unresolved without running the tests: a FAIL_TO_PASS test
 fails at the base commit by definition (the generator and SWE-bench check it), so the grader
 would only confirm it.
@@ -23,9 +26,10 @@ from orchard.data.trajectory import Outcome, Trajectory
 from orchard.env.client import AsyncSandbox
 from orchard.harness.core import Limits
 from orchard.harness.task import TaskFamily
+from orchard.tasks.swe.candidates import REPAIR_TOOL_HELP, install_repair_tool
 from orchard.tasks.swe.grading import grade_submission
 from orchard.tasks.swe.instance import SWEInstance
-from orchard.tasks.swe.workspace import setup_workspace
+from orchard.tasks.swe.workspace import SetupError, setup_workspace
 
 # The paper runs each SWE task in a 2 vCPU / 8 GiB sandbox; the embedded tasks need far less. The
 # disk quota keeps a policy that fills its disk from filling the host's (on the local backend it
@@ -42,6 +46,7 @@ class SWETask:
     instance: SWEInstance
     family: TaskFamily = SWE_FAMILY
     grade_timeout: float = 900.0
+    repair_tool: bool = False
 
     @property
     def id(self) -> str:
@@ -49,10 +54,16 @@ class SWETask:
 
     @property
     def prompt(self) -> str:
-        return self.instance.problem_statement
+        statement = self.instance.problem_statement
+        return f"{statement.rstrip()}\n\n{REPAIR_TOOL_HELP}" if self.repair_tool else statement
 
     async def setup(self, sandbox: AsyncSandbox) -> None:
-        await setup_workspace(sandbox, self.instance)
+        workspace = await setup_workspace(sandbox, self.instance)
+        if self.repair_tool:
+            if not workspace.shims:
+                raise SetupError("the repair tool needs the sandbox's tools directory on PATH, which this sandbox "
+                                 "cannot write (the task's python shim is not there either)")
+            await install_repair_tool(sandbox)
 
     def settled(self, trajectory: Trajectory) -> Outcome | None:
         """An episode that submitted nothing is unresolved (see the module docstring)."""
@@ -72,6 +83,7 @@ class SWETask:
         return Outcome(reward=RESOLVED if result.resolved else UNRESOLVED, resolved=result.resolved)
 
 
-def swe_tasks(instances: Iterable[SWEInstance], family: TaskFamily = SWE_FAMILY) -> list[SWETask]:
-    """Tasks of ``instances``, all of ``family``."""
-    return [SWETask(instance, family) for instance in instances]
+def swe_tasks(instances: Iterable[SWEInstance], family: TaskFamily = SWE_FAMILY,
+              repair_tool: bool = False) -> list[SWETask]:
+    """Tasks of ``instances``, all of ``family``, with or without the ``repair`` tool."""
+    return [SWETask(instance, family, repair_tool=repair_tool) for instance in instances]

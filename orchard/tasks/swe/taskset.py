@@ -46,6 +46,7 @@ class TaskSetConfig:
     count: int = 200
     kinds: tuple[str, ...] = KINDS
     tests_visible: bool = True
+    repair_tool: bool = False  # the sandbox's ``repair PATH:LINE`` command, offered in the prompt (.candidates)
     held_out_helper_fraction: float = 0.14  # of the helpers, all of whose bugs are held out (module docstring)
     held_out_fraction: float = 0.16  # of the instances left after the held-out helpers
     rl_fraction: float = 0.2

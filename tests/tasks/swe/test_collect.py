@@ -11,6 +11,7 @@ from orchard.data.trajectory import Outcome, Trajectory
 from orchard.env import AsyncSandboxClient
 from orchard.harness.bash import BashHarness
 from orchard.harness.codeact import CodeActHarness
+from orchard.tasks.swe.candidates import REPAIR_TOOL_HELP
 from orchard.tasks.swe.collect import collect, drop_reason, make_teacher
 from orchard.tasks.swe.diffs import parse_patch
 from orchard.tasks.swe.generate import generate_task_set
@@ -105,26 +106,42 @@ def test_the_brief_plan_searches_reads_edits_and_submits(tmp_path):
 
 
 def test_the_search_variant_fixes_generated_bugs_by_trying_one_token_changes(orchestrator, tmp_path):
+    """Written out in the bash harness, and as the sandbox's repair command where the task offers it, in both
+    harnesses; the command refuses an argument that names no function's def with a usage line."""
     config = TaskSetConfig(sources=("procedural",), kinds=("swap_operator", "off_by_one", "invert_condition"),
                            procedural=ProceduralConfig(repos=1, helpers=6, bugs_per_repo=2, held_out_repos=0))
     instances = make_task_set(config, str(tmp_path), seed=0)[:1]
+    [with_tool] = swe_tasks(instances, repair_tool=True)
+    assert with_tool.prompt.endswith(REPAIR_TOOL_HELP) and REPAIR_TOOL_HELP not in swe_tasks(instances)[0].prompt
 
     async def run():
         client = AsyncSandboxClient(orchestrator.base_url, api_key=orchestrator.api_key)
         try:
-            return await collect(client, swe_tasks(instances), [BashHarness(), CodeActHarness()],
-                                 make_teacher(variants=("search",)), samples=1, concurrency=2, progress=False)
+            async with await client.create(**with_tool.family.sandbox) as box:
+                await with_tool.setup(box)
+                misuse = [await box.exec(command, cwd="/workspace/repo") for command in
+                          ("repair", "repair ./nowhere.py:3", f"repair ./{instances[0].metadata['path']}:1")]
+            teacher = make_teacher(variants=("search",))
+            written = await collect(client, swe_tasks(instances), [BashHarness()], teacher, samples=1, progress=False)
+            tool = await collect(client, [with_tool], [BashHarness(), CodeActHarness()], teacher, samples=1,
+                                 concurrency=2, progress=False)
+            return misuse, written, tool
         finally:
             await client.aclose()
 
-    report = asyncio.run(run())
-    assert not report.errors and len(report.kept) == 2
-    for trajectory in report.kept:
+    misuse, written, tool = asyncio.run(run())
+    assert [r.exit_code != 0 for r in misuse] == [True] * 3
+    assert "usage: repair PATH:LINE" in misuse[0].stderr and "usage: repair PATH:LINE" in misuse[1].stderr
+    assert "no def on line 1" in misuse[2].stderr
+    assert not written.errors and not tool.errors and len(written.kept) == 1 and len(tool.kept) == 2
+    for trajectory in [*written.kept, *tool.kept]:
         assert trajectory.outcome.resolved, (trajectory.task_id, trajectory.harness)
         actions = [m for m in trajectory.messages if m.role == "assistant"]
         observations = [m.content for m in trajectory.messages if m.role in ("tool", "user")][1:]
-        # reproduce, find, read, the repair script, rerun, submit
+        # reproduce, find, read, the repair script (or command), rerun, submit
         repair = actions[3].tool_calls[0].arguments["command"] if actions[3].tool_calls else actions[3].content
-        assert len(actions) == 6 and "<<'PY'" in repair
+        expected = (rf"repair \./{re.escape(instances[0].metadata['path'])}:\d+" if trajectory in tool.kept
+                    else "<<'PY'")
+        assert len(actions) == 6 and re.search(expected, repair), repair
         assert "passes with line " in observations[3] and "passed" in observations[4]
         assert "failed" in observations[0] and "pass now" in str(actions[5].content) + str(actions[5].tool_calls)
