@@ -207,18 +207,23 @@ def merge(into: HeldOut, more: HeldOut) -> None:
             into.setdefault(held_out, {}).setdefault(harness, {}).update(stages)
 
 
+def stage_pairs(stages: Sequence[str]) -> list[tuple[str, str]]:
+    """The (before, after) pairs of ``stages`` that a change is reported for: consecutive ones in the runner's
+    order, and the first to the last when there are three."""
+    present = [s for s in STAGES if s in stages]
+    return [*itertools.pairwise(present), *([(present[0], present[-1])] if len(present) > 2 else [])]
+
+
 def changes(root: str, held: HeldOut) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     """Per set and harness, the paired per-task change of the sampled pass rate between consecutive stages
     that have one (and from the first to the last when there are three), with its sign test."""
     out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for held_out, harnesses in held.items():
         for harness, stages in harnesses.items():
-            sampled = [s for s in STAGES if "sampled" in stages.get(s, {})]
-            pairs = [*itertools.pairwise(sampled), *([(sampled[0], sampled[-1])] if len(sampled) > 2 else [])]
             out.setdefault(held_out, {})[harness] = {
                 f"{after}_vs_{before}": sampled_change(eval_directory(root, held_out, harness, before, "sampled"),
                                                        eval_directory(root, held_out, harness, after, "sampled"))
-                for before, after in pairs}
+                for before, after in stage_pairs([s for s in stages if "sampled" in stages[s]])}
     return out
 
 

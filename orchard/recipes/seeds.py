@@ -15,7 +15,6 @@ where a main job's ``summary.json`` pairs only its sampled ones.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 from collections.abc import Sequence
@@ -25,9 +24,10 @@ from ml_collections import ConfigDict
 from rich.table import Table
 
 from orchard.eval.metrics import seed_spread, sign_test
+from orchard.recipes.ablation_report import spread_text
 from orchard.recipes.family import Family
 from orchard.recipes.report import MEASURE_LABELS, STAGE_LABELS
-from orchard.recipes.runner import RecipeResult, eval_directory, run
+from orchard.recipes.runner import RecipeResult, eval_directory, run, stage_pairs
 from orchard.recipes.stages import STAGES, sampled_change
 from orchard.workdir import write_json
 
@@ -56,11 +56,6 @@ def run_seeds(family: Family, config: ConfigDict, workdir: str, seeds: Sequence[
     return summary
 
 
-def _stage_pairs(stages: Sequence[str]) -> list[tuple[str, str]]:
-    present = [s for s in STAGES if s in stages]
-    return [*itertools.pairwise(present), *([(present[0], present[-1])] if len(present) > 2 else [])]
-
-
 def seeds_summary(results: dict[int, RecipeResult], workdirs: dict[int, str],
                   measure: str = "resolve_rate") -> dict[str, Any]:
     """``rates``: set -> harness -> stage -> pass -> ``{"seeds": {seed: value}, "spread": ...}`` of ``measure``;
@@ -85,7 +80,7 @@ def seeds_summary(results: dict[int, RecipeResult], workdirs: dict[int, str],
             for pass_ in dict.fromkeys(p for passes in stages.values() for p in passes):
                 # a pair counts only where every seed evaluated both stages in this pass
                 evaluated = [s for s in stages if len(stages[s].get(pass_, {}).get("seeds", {})) == len(results)]
-                for before, after in _stage_pairs(evaluated):
+                for before, after in stage_pairs(evaluated):
                     per_seed = {str(seed): sampled_change(eval_directory(workdirs[seed], held_out, harness, before, pass_),
                                                           eval_directory(workdirs[seed], held_out, harness, after, pass_))
                                 for seed in results}
@@ -95,10 +90,6 @@ def seeds_summary(results: dict[int, RecipeResult], workdirs: dict[int, str],
                         f"{after}_vs_{before}"] = {"seeds": per_seed, "pooled": {
                             "tasks_up": float(up), "tasks_down": float(down), "sign_test_p": sign_test(up, down)}}
     return {"seeds": sorted(results), "measure": measure, "rates": rates, "changes": changes}
-
-
-def _spread(spread: dict[str, float]) -> str:
-    return f"{spread['mean']:.3f} [{spread['min']:.3f}, {spread['max']:.3f}]"
 
 
 def seeds_table(summary: dict[str, Any], title: str = "") -> Table:
@@ -113,7 +104,7 @@ def seeds_table(summary: dict[str, Any], title: str = "") -> Table:
             for stage in [*(s for s in STAGES if s in stages), *(s for s in stages if s not in STAGES)]:
                 for pass_, entry in stages[stage].items():
                     table.add_row(held_out.replace("_", " "), harness, STAGE_LABELS.get(stage, stage), pass_,
-                                  _spread(entry["spread"]), *(f"{entry['seeds'].get(s, math.nan):.3f}" for s in seeds))
+                                  spread_text(entry["spread"]), *(f"{entry['seeds'].get(s, math.nan):.3f}" for s in seeds))
             for pass_, pairs in summary["changes"].get(held_out, {}).get(harness, {}).items():
                 for name, change in pairs.items():
                     pooled = change["pooled"]
