@@ -5,9 +5,12 @@ and held-out evaluation in both harnesses with the Claw metrics.
 workdir; ``tasks/`` holds ``train/`` and ``held_out/``, one task spec per file).
 
 **Splits.** The generator holds out parameter combinations (:mod:`orchard.tasks.claw.generate`): no
-held-out task has a value of its family's held-out parameter that a training task has. The training
-tasks are split again by the project's one split, as the SWE recipe's: ``tasks.rl_fraction`` of them
-are RL's prompts only and get no teacher trajectories. No setting was chosen on the held-out tasks.
+task of the ``held_out`` set has a value of its family's held-out parameter that a training task has.
+With ``tasks.held_out_family``, every task of that family is in the ``family`` set instead and none
+trains. The training tasks are split again by the project's one split, as the SWE recipe's:
+``tasks.validation_share`` of them are the ``validation`` set (evaluated as the held-out sets are, and
+the only one settings may be chosen on), and ``tasks.rl_fraction`` of the rest are RL's prompts only,
+with no teacher trajectories. The families run from one call (``quick_action``) to whole workflows.
 
 **Stages** (section 3.5 of the notes): the teacher is the oracle (:mod:`orchard.tasks.claw.oracle`:
 the reference plan, clean, wandering or recovering from a wrong call, retrying injected faults) in
@@ -51,6 +54,7 @@ from orchard.recipes.family import Context, Family, Split, Teaching
 from orchard.recipes.sft_data import ExamplesConfig
 from orchard.recipes.stages import Made, SharedStages, message_texts, shared_stages, task_ids, text_sft_stage
 from orchard.tasks.claw.collect import collect
+from orchard.tasks.claw.families import FAMILIES
 from orchard.tasks.claw.generate import generate_tasks, read_tasks, write_tasks
 from orchard.tasks.claw.oracle import VARIANTS, plan_teacher
 from orchard.tasks.claw.task import ClawTask
@@ -76,6 +80,10 @@ class ClawTasksConfig:
     held_out_share: float = 0.2  # of each family's, from its held-out parameter combinations
     fault_rate: float = 0.1  # the rate the episodes' services inject faults at (429, 500, slow replies)
     rl_fraction: float = 0.25  # of the training tasks: RL's prompts only
+    # A family none of whose tasks trains: the "family" held-out set (empty: none). Its tasks test the
+    # calls the other families train, chained in a workflow no training task shows.
+    held_out_family: str = ""
+    validation_share: float = 0.0  # of the training tasks: the "validation" set, where settings are chosen
 
 
 @dataclass(frozen=True)
@@ -130,14 +138,25 @@ def tasks_stage(config: ClawConfig, workdir: str, rerun: bool) -> Split:
             stage.finish({"train": len(made.train), "held_out": len(made.held_out),
                           "rejected": dict(made.rejected)})
         generated, tasks_made_by = read_tasks(stage.directory), stage.fingerprint
-    if not generated.train or not generated.held_out:
-        raise ValueError(f"the Claw recipe needs training and held-out tasks; got {len(generated.train)} and "
-                         f"{len(generated.held_out)}")
-    sft, rl = split_by_id(generated.train, tasks.rl_fraction, config.seed, key=lambda spec: spec.id, purpose="rl-prompts",
+    family = tasks.held_out_family
+    train = [spec for spec in generated.train if spec.family != family]
+    by_params = [spec for spec in generated.held_out if spec.family != family]
+    by_family = [spec for spec in generated.train + generated.held_out if spec.family == family]
+    if not train or not by_params:
+        raise ValueError(f"the Claw recipe needs training and held-out tasks; got {len(train)} and {len(by_params)}")
+    if family and not by_family:
+        raise ValueError(f"tasks.held_out_family: no task of the family {family!r}")
+    train, validation = split_by_id(train, tasks.validation_share, config.seed, key=lambda spec: spec.id,
+                                    purpose="validation", at_least_one=tasks.validation_share > 0)
+    sft, rl = split_by_id(train, tasks.rl_fraction, config.seed, key=lambda spec: spec.id, purpose="rl-prompts",
                           at_least_one=tasks.rl_fraction > 0)
     sft_tasks = [ClawTask(s) for s in sft]  # with rl_fraction = 0, RL samples the SFT tasks
+    held_out = {"validation": validation, "held_out": by_params, "family": by_family}
+    made_by = fingerprint({"tasks": tasks_made_by, "held_out_family": family,
+                           "validation_share": tasks.validation_share, "rl_fraction": tasks.rl_fraction})
     return Split(sft=sft_tasks, rl=[ClawTask(s) for s in rl] or sft_tasks,
-                 held_out={"held_out": [ClawTask(s) for s in generated.held_out]}, made_by=tasks_made_by)
+                 held_out={name: [ClawTask(s) for s in specs] for name, specs in held_out.items() if specs},
+                 made_by=made_by)
 
 
 async def teacher_stage(ctx: Context, split: Split) -> Teaching:
@@ -179,9 +198,12 @@ class ClawFamily(Family):
         tasks, teacher = config.tasks, config.teacher
         if not tasks.path and tasks.count_per_family < 2:
             problems.append("tasks.count_per_family must be at least 2 (a training and a held-out task of each family)")
-        for name in ("held_out_share", "rl_fraction"):
+        for name in ("held_out_share", "rl_fraction", "validation_share"):
             if not 0.0 <= getattr(tasks, name) < 1.0:
                 problems.append(f"tasks.{name} must be in [0, 1), got {getattr(tasks, name)}")
+        if tasks.held_out_family and tasks.held_out_family not in FAMILIES:
+            problems.append(f"tasks.held_out_family {tasks.held_out_family!r} is not a Claw family: "
+                            f"{', '.join(FAMILIES)}")
         if not 0.0 <= tasks.fault_rate <= 1.0:
             problems.append(f"tasks.fault_rate must be in [0, 1], got {tasks.fault_rate}")
         if unknown := [h for h in (*teacher.harnesses, config.harness.rl, *config.harness.eval) if h not in HARNESSES]:
@@ -244,8 +266,8 @@ class ClawFamily(Family):
 
     def summary_extras(self, ctx: Context, held_out: dict[str, Any], teaching: Teaching,
                        rl_metrics: dict[int, dict[str, float]]) -> dict[str, Any]:
-        per_task = {h: {s: passes["sampled"].pop("per_task", {}) for s, passes in stages.items()}
-                    for harnesses in held_out.values() for h, stages in harnesses.items()}
+        per_task = {name: {h: {s: passes["sampled"].pop("per_task", {}) for s, passes in stages.items()}
+                           for h, stages in harnesses.items()} for name, harnesses in held_out.items()}
         return {"rl_harness": ctx.settings.harness.rl, "per_task": per_task}
 
 

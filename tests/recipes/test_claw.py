@@ -15,10 +15,11 @@ from configs.claw_cross_harness import get_config as cross_config
 from configs.claw_grpo import get_config
 from orchard.data.trajectory import read_trajectories
 from orchard.eval.claw_score import claw_table
-from orchard.recipes.claw import CLAW, PASS_K
+from orchard.recipes.claw import CLAW, PASS_K, tasks_stage
 from orchard.recipes.report import summary_table
 from orchard.recipes.runner import eval_directory, run
 from orchard.recipes.stages import STAGES, episodes_path, sampled_change
+from orchard.tasks.claw.families import FAMILIES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,6 +44,31 @@ def test_the_check_names_each_problem():
         assert expected in problems, expected
 
 
+def test_the_split_holds_out_a_whole_family_and_carves_validation_from_training(tmp_path):
+    config = get_config("tiny")
+    config.tasks.update({"count_per_family": 5, "validation_share": 0.2})
+    split = tasks_stage(CLAW.typed(config), str(tmp_path), rerun=False)
+
+    def families(tasks) -> set[str]:
+        return {task.spec.family for task in tasks}
+
+    assert list(split.held_out) == ["validation", "held_out", "family"]
+    assert families(split.held_out["family"]) == {"todo_from_mail"} and len(split.held_out["family"]) == 5
+    trained = [*split.sft, *split.rl, *split.held_out["validation"], *split.held_out["held_out"]]
+    assert "todo_from_mail" not in families(trained)
+    sets = [{task.id for task in tasks} for tasks in (split.sft, split.rl, *split.held_out.values())]
+    assert sum(map(len, sets)) == len(set().union(*sets)) == 6 * 5  # disjoint, and every task is in one
+    validation = split.held_out["validation"]
+    assert len(validation) == 4  # a fifth of the 20 training tasks of the five other families
+    assert not any(FAMILIES[task.spec.family].HELD_OUT(task.spec.params) for task in validation)  # training combos
+    # The split's fingerprint follows its settings, so the stages after it rerun when they change.
+    config.tasks.held_out_family = "inbox_triage"
+    other = tasks_stage(CLAW.typed(config), str(tmp_path), rerun=False)
+    assert families(other.held_out["family"]) == {"inbox_triage"} and other.made_by != split.made_by
+    config.tasks.held_out_family = "no_such_family"
+    assert any("tasks.held_out_family 'no_such_family' is not a Claw family" in p for p in CLAW.check_config(config))
+
+
 def test_dry_run_checks_the_paper_config_and_launches_nothing(tmp_path):
     command = [sys.executable, "experiments/claw_grpo/run.py", "--config=configs/claw_grpo.py:qwen3_30b_a3b",
                "--dry-run", f"--workdir={tmp_path / 'run'}"]
@@ -60,11 +86,16 @@ def test_the_claw_recipe_end_to_end(orchestrator, tmp_path):
     result = run(CLAW, config, workdir)
     summary = json.loads(Path(workdir, "summary.json").read_text())
     assert summary == result.to_dict()
-    # 2 tasks a family, half held out: 5 training tasks (SFT's, and RL's prompts at rl_fraction 0), 5 held out.
-    assert result.tasks == {"sft": 5, "rl": 5, "held_out": 5}
+    # 2 tasks of each of the six families, half held out, and todo_from_mail's two held out as a family: 5
+    # training tasks (SFT's, and RL's prompts at rl_fraction 0), 5 held out by parameters, 2 by family.
+    assert result.tasks == {"sft": 5, "rl": 5, "held_out": 5, "family": 2}
     assert result.teacher["kept"] == 10 and result.teacher["by_harness"] == {"claw": 5, "claw-shell": 5}
     assert json.loads(Path(workdir, "config.json").read_text())["harness"]["rl"] == "claw"
-    assert list(result.held_out) == ["held_out"]
+    assert list(result.held_out) == ["held_out", "family"]
+    family_episodes = list(read_trajectories(episodes_path(eval_directory(workdir, "family", "claw", "sft", "sampled"))))
+    assert {t.task_id.split("-")[0] for t in family_episodes} == {"todo_from_mail"}
+    assert not any(t.task_id.startswith("todo_from_mail") for t in read_trajectories(
+        os.path.join(workdir, "teacher", "trajectories.jsonl")))  # a held-out family never trains
     for harness in ("claw", "claw-shell"):
         assert list(result.held_out["held_out"][harness]) == list(STAGES)
         for stage in STAGES:
@@ -84,8 +115,10 @@ def test_the_claw_recipe_end_to_end(orchestrator, tmp_path):
         assert set(changes) == {"sft_vs_init", "rl_vs_sft", "rl_vs_init"}
     assert list(result.rl_metrics) == [1] and -1.0 <= result.rl_metrics[1]["reward"] <= 1.0  # GRPO's one step
     per_task = result.extras["per_task"]
-    assert set(per_task["claw"]["rl"]) == set(per_task["claw"]["init"]) and len(per_task["claw"]["rl"]) == 5
-    assert summary_table(result, CLAW.measures).row_count == 2 * (3 + 3)  # each harness: its 3 stages, 3 changes
+    assert set(per_task) == {"held_out", "family"}  # each set's tasks, by harness and stage
+    assert set(per_task["held_out"]["claw"]["rl"]) == set(per_task["held_out"]["claw"]["init"])
+    assert len(per_task["held_out"]["claw"]["rl"]) == 5 and len(per_task["family"]["claw-shell"]["sft"]) == 2
+    assert summary_table(result, CLAW.measures).row_count == 2 * 2 * (3 + 3)  # each set and harness: 3 stages, 3 changes
     # A rerun reuses every stage: no episode is run again.
     stamps = {p: p.stat().st_mtime_ns for p in Path(workdir, "eval").rglob("trajectories.jsonl")}
     assert run(CLAW, config, workdir).to_dict()["held_out"] == summary["held_out"]

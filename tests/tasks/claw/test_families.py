@@ -149,3 +149,22 @@ def test_document_edit_wants_the_last_value_of_the_thread(runner):
     early = replaced(spec.reference_plan, "documents_write",
                      content=write.arguments["content"].replace(changed[0], f"{key}: {first_proposal}"))
     assert failed(runner, spec, early) == {"value_updated"}
+
+
+def test_quick_actions_take_one_or_two_calls_and_check_what_they_ask_for(runner):
+    family = FAMILIES["quick_action"]
+    for action in family.ACTION_NAMES:
+        spec = family.make({"action": action, "wording": 0}, 3)
+        calls = [s.tool for s in spec.reference_plan if s.tool != "finish"]
+        assert 1 <= len(calls) <= 2 and spec.reference_plan[-1].tool == "finish", (action, calls)
+    email = family.make({"action": "contact_email", "wording": 1}, 5)
+    wrong = replaced(email.reference_plan, "finish", answer="someone.else@example.com")
+    assert failed(runner, email, wrong) == {"answer_gives_email"}
+    phone = family.make({"action": "contact_phone", "wording": 0}, 5)
+    spaced = phone.reference_plan[-1].arguments["answer"].replace(" ", "-")  # the digits are what count
+    assert failed(runner, phone, replaced(phone.reference_plan, "finish", answer=spaced)) == set()
+    todo = family.make({"action": "add_todo", "wording": 0}, 2)
+    assert failed(runner, todo, replaced(todo.reference_plan, "todo_create", due="2030-01-01")) == {"todo_added"}
+    held_out_prompts = {family.PROMPTS[action][2] for action in family.ACTION_NAMES}
+    trained = [p for p in family.PARAMS if not family.HELD_OUT(p)]
+    assert trained and all(family.PROMPTS[p["action"]][p["wording"]] not in held_out_prompts for p in trained)

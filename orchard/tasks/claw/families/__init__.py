@@ -1,5 +1,6 @@
 """The Claw task families: personal-assistant workflows over the tool services (:mod:`.base` says what a
-family provides). :data:`FAMILIES` maps each family's name to its module."""
+family provides), from one call (:mod:`.quick_action`, the curriculum's first rung) to whole workflows.
+:data:`FAMILIES` maps each family's name to its module."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from orchard.tasks.claw.families import (
     inbox_triage,
     meeting_scheduling,
     notification_cleanup,
+    quick_action,
     todo_from_mail,
 )
 from orchard.tasks.claw.families.base import Family
 
 FAMILIES: dict[str, Family] = {
     family.NAME: family
-    for family in (inbox_triage, meeting_scheduling, notification_cleanup, todo_from_mail, document_edit)
+    for family in (quick_action, inbox_triage, meeting_scheduling, notification_cleanup, todo_from_mail, document_edit)
 }
 
 __all__ = ["FAMILIES", "Family"]
