@@ -104,6 +104,7 @@ bench: test-deps $(TEST_STAMP)
 	$(PIP) -e ".[bench]"
 	$(PY) experiments/env_bench/run.py --markdown docs/benchmarks.md
 	$(PY) experiments/sampler_bench/run.py --markdown docs/benchmarks.md
+	$(PY) experiments/prefix_cache_bench/run.py --markdown docs/benchmarks.md
 	$(PY) experiments/vlm_bench/run.py --markdown docs/benchmarks.md
 	test -x $(TUNIX_VENV)/bin/python || python3 -m venv $(TUNIX_VENV)
 	$(TUNIX_VENV)/bin/python -m pip install -q -e ".[train,env]" google-tunix

@@ -81,9 +81,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                     "rho_max": 0.625})
     config.rl.pass_filter = ConfigDict({"samples": 0, "low": 0.0, "high": 0.5})
     config.rl.curriculum = ConfigDict({"stages": (), "window": 5, "tolerance": 0.02})
-    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL.
+    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL. In process,
+    # a prefix cache of 512 MB (orchard.rollout.prefix_cache): a turn prefills only what the conversation added.
     config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY",
-                                   "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500})
+                                   "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500,
+                                   "prefix_cache_mb": 512})
     # Episodes of RL and evaluation: a turn cap beside the wall clock (a departure: see orchard.recipes.claw).
     config.rl.rollout = ConfigDict({"max_new_tokens": 96, "temperature": 1.0, "max_turns": 12, "max_context": 6144,
                                     "episode_seconds": 300.0, "concurrency": 4})

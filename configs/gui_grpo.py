@@ -91,9 +91,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.pass_filter = ConfigDict({"samples": 0, "low": 0.0, "high": 0.5})
     config.rl.curriculum = ConfigDict({"stages": ({"max_turns": 2, "min_steps": 2, "max_steps_in_stage": 4},
                                                   {"max_turns": 4}), "window": 2, "tolerance": 0.02})
-    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL.
+    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL. In process,
+    # no prefix cache (orchard.rollout.prefix_cache): prompts with screenshots cannot use one.
     config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY",
-                                   "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500})
+                                   "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500,
+                                   "prefix_cache_mb": 0})
     config.rl.rollout = ConfigDict({"max_new_tokens": 80, "temperature": 1.0, "max_turns": 4, "max_context": 2600,
                                     "episode_seconds": 120.0, "concurrency": 2})
 

@@ -110,9 +110,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.curriculum = ConfigDict({"stages": (), "window": 5, "tolerance": 0.02})  # no step-budget curriculum
     config.rl.sampler = ConfigDict({"name": "bar", "group_size": 4, "max_budget": 8, "stride": 4,
                                     "rho_min": 0.25, "rho_max": 0.75})
-    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL.
+    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL. In process,
+    # a prefix cache of 512 MB (orchard.rollout.prefix_cache): a turn prefills only what the conversation added.
     config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY",
-                                   "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500})
+                                   "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500,
+                                   "prefix_cache_mb": 512})
     # The paper's RL prompts: pass rate under the initial policy in (low, high] over `samples` rollouts; 0: off.
     config.rl.pass_filter = ConfigDict({"samples": 0, "low": 0.0, "high": 0.5})
     # The episodes RL samples and evaluation runs: tokens per turn, turns, the context budget (rl.seq_len holds

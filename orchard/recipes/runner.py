@@ -173,7 +173,8 @@ async def evaluation_stage(family: Family, ctx: Context, root: str, split: Split
         if model is None or tokenizer is None or harness is None:
             raise ValueError(f"evaluating in {harness_name} needs the policy's model, its tokenizer and the harness")
         chat_format = model_chat_format(settings.chat_format, tokenizer, model)
-        policy = make_policy(settings.rl, JaxEngine(model, tokenizer), chat_format, temperature=temperature,
+        engine = JaxEngine(model, tokenizer, prefix_cache_bytes=settings.rl.engine.prefix_cache_mb << 20)
+        policy = make_policy(settings.rl, engine, chat_format, temperature=temperature,
                              **family.policy_options(ctx))
         runner = settings.rl.rollout.runner(ctx.client, harness, policy, setups=ctx.setups, pool=ctx.pool)
         evaluation = await evaluate_policy(runner, tasks, samples, seed=settings.seed, name=label)

@@ -122,11 +122,12 @@ class TextRows:
 class JaxEngine:
     """``max_batch_rows`` > 0: concurrent calls share decode steps in a
     :class:`~orchard.rollout.batching.ContinuousBatcher` of that many rows (what ``orchard serve``
-    uses); 0: each call decodes its own batch (what the in-process RL loop uses)."""
+    uses); 0: each call decodes its own batch (what the in-process RL loop uses). ``prefix_cache_bytes``:
+    the sampler's prefix cache (:mod:`orchard.rollout.prefix_cache`) for those single-prompt calls."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer | None = None, max_batch_rows: int = 0,
-                 chunk_steps: int = 2) -> None:
-        self.sampler = Sampler(model)
+                 chunk_steps: int = 2, prefix_cache_bytes: int = 0) -> None:
+        self.sampler = Sampler(model, prefix_cache_bytes)
         self.tokenizer = tokenizer
         self.weight_version = 0
         self.batcher = ContinuousBatcher(self.sampler, max_batch_rows, chunk_steps) if max_batch_rows else None

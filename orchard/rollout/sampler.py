@@ -35,6 +35,7 @@ from flax import nnx
 from orchard.models.pixels import patchify
 from orchard.models.transformer import Transformer
 from orchard.models.vlm import Images, VLMConfig, vision_inputs
+from orchard.rollout.prefix_cache import PrefixCache
 from orchard.rollout.types import Completion, SamplingParams, StreamDelta
 
 
@@ -121,6 +122,56 @@ def _prefill(graphdef, state, tokens, pad, positions=None, images: Images | None
                        jnp.zeros((batch, max_new, top), jnp.float32))
 
 
+PREFIX_CHUNK = 64  # tokens a step of a cached prefill runs (the steps loop in one program for any count)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new", "top"))
+def _prefill_from(graphdef, state, prefix, tokens, pad, reused, *, max_new: int, top: int) -> DecodeState:
+    """One prompt (a batch of one, left-padded by ``pad``) whose first ``reused`` tokens' keys and values are
+    in ``prefix`` (the cache pytree, each leaf ``[1, L, ...]`` by position). Those fill their slots, and only
+    the rest of the prompt runs through the model, ``PREFIX_CHUNK`` tokens a step (the first step runs a few
+    of the reused tokens again, so that the steps end at the prompt's last slot; the caller makes sure they
+    start after the padding). One program for every ``reused``: as many programs as :func:`_prefill` has."""
+    model = nnx.merge(graphdef, state)
+    prompt_len = tokens.shape[1]
+    cache_len = prompt_len + max_new
+    steps = (prompt_len - pad[0] - reused + PREFIX_CHUNK - 1) // PREFIX_CHUNK
+    first = prompt_len - steps * PREFIX_CHUNK  # the slot the steps start at
+    slots = jnp.arange(cache_len)
+    position = slots - pad[0]
+    kept = (position >= 0) & (slots < first)
+
+    def fill(empty: jax.Array, cached: jax.Array) -> jax.Array:
+        taken = jnp.take(cached, jnp.clip(position, 0, cached.shape[1] - 1), axis=1).astype(empty.dtype)
+        return jnp.where(kept.reshape((1, cache_len) + (1,) * (empty.ndim - 2)), taken, empty)
+
+    def step(index, carry):
+        caches, _ = carry
+        start = first + index * PREFIX_CHUNK
+        queries = start + jnp.arange(PREFIX_CHUNK)
+        mask = ((slots[None, :] <= queries[:, None]) & (slots[None, :] >= pad[0]))[None]  # [1, C, S]
+        logits, caches = model.forward(jax.lax.dynamic_slice(tokens, (0, start), (1, PREFIX_CHUNK)),
+                                       (queries - pad[0])[None], mask, caches, start,
+                                       logits_at=jnp.array([PREFIX_CHUNK - 1]))
+        return caches, logits[:, -1]
+
+    caches = jax.tree.map(fill, model.init_cache(1, cache_len), prefix)
+    vocab = model.cfg.vocab_size
+    caches, last_logits = jax.lax.fori_loop(0, steps, step, (caches, jnp.zeros((1, vocab), jnp.float32)))
+    return DecodeState(jnp.int32(0), caches, last_logits, jnp.zeros((1, max_new), jnp.int32),
+                       jnp.zeros((1, max_new), jnp.float32), jnp.zeros((1,), bool), jnp.zeros((1,), jnp.int32),
+                       jnp.zeros((1, max_new, top), jnp.int32), jnp.zeros((1, max_new, top), jnp.float32))
+
+
+@jax.jit
+def _by_position(caches: list, pad: jax.Array) -> list:
+    """A batch of one's cache with its slots shifted so that index ``i`` holds position ``i``."""
+    def shift(leaf: jax.Array) -> jax.Array:
+        return jnp.take(leaf, jnp.clip(pad[0] + jnp.arange(leaf.shape[1]), 0, leaf.shape[1] - 1), axis=1)
+
+    return jax.tree.map(shift, caches)
+
+
 @functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("decode",))
 def _decode(graphdef, state, decode: DecodeState, until, prompt_len, pad, delta, seed, temperature, top_k, top_p,
             stop_ids) -> DecodeState:
@@ -180,16 +231,23 @@ def collect(deltas: Iterable[StreamDelta], rows: int) -> list[Completion]:
     return completions
 
 
-class Sampler:
-    """Generates continuations of token-id prompts with a :class:`~orchard.models.Transformer`."""
+MIN_REUSE = PREFIX_CHUNK  # fewer shared tokens than this: prefill the whole prompt
 
-    def __init__(self, model: Transformer) -> None:
+
+class Sampler:
+    """Generates continuations of token-id prompts with a :class:`~orchard.models.Transformer`.
+
+    ``prefix_cache_bytes`` > 0: single text prompts reuse the keys and values of earlier generations that
+    their tokens start with (:mod:`orchard.rollout.prefix_cache`), within that many bytes."""
+
+    def __init__(self, model: Transformer, prefix_cache_bytes: int = 0) -> None:
         self.graphdef, state = nnx.split(model)
         # Committed where they lie, as :meth:`update` places the weights it takes (a program is compiled
         # for its arguments' placement and commitment both).
         self.state = jax.device_put(state, jax.tree.map(lambda array: array.sharding, state))
         self.cfg = model.cfg
         self.config = getattr(model, "config", model.cfg)  # a VLM's whole config (its vision tower's too)
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes else None
 
     def update(self, params: nnx.State) -> None:
         """Take new parameters of the same architecture (a trainer's ``nnx.split(model, nnx.Param)``):
@@ -205,6 +263,8 @@ class Sampler:
             raise ValueError("update_weights needs parameters of the same architecture as the served model "
                              "(the same names, shapes and dtypes)")
         self.state = jax.device_put(params, jax.tree.map(lambda served: served.sharding, self.state))
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()  # keys and values of the old weights
 
     def _vision(self, tokens: np.ndarray, pad: np.ndarray, images: PromptImages | None
                 ) -> tuple[jax.Array | None, Images | None, jax.Array]:
@@ -261,10 +321,48 @@ class Sampler:
         stop_ids = jnp.asarray(params.stop_token_ids or (-1,), jnp.int32)
         sampling = (jnp.int32(params.seed % 2**31), jnp.float32(params.temperature), jnp.int32(params.top_k),
                     jnp.float32(params.top_p), stop_ids)
-        decode = _prefill(self.graphdef, self.state, jnp.asarray(tokens), pad, positions, batch_images,
-                          max_new=bucket(params.max_tokens), top=params.top_logprobs)
+        cached = self.prefix_cache is not None and len(prompts) == 1 and batch_images is None
+        decode = self._prefill_cached(prompts[0], tokens, pad, params) if cached else None
+        if decode is None:
+            decode = _prefill(self.graphdef, self.state, jnp.asarray(tokens), pad, positions, batch_images,
+                              max_new=bucket(params.max_tokens), top=params.top_logprobs)
         sent = np.zeros(len(prompts), np.int64)
         finished = np.zeros(len(prompts), bool)
+        last = {"decode": decode, "tokens": np.zeros(0, np.int32)}
+        try:
+            yield from self._decode_chunks(last, prompts, params, chunk_tokens, prompt_len, pad, delta, sampling,
+                                           sent, finished)
+        except GeneratorExit:  # the caller stopped reading (a stop string): what was decoded is still good
+            if cached:
+                self._remember(prompts[0], last, pad)
+            raise
+        if cached:
+            self._remember(prompts[0], last, pad)
+
+    def _remember(self, prompt: list[int], last: dict, pad: jax.Array) -> None:
+        """Keep the prompt and what was sampled of its completion (every token's keys and values are written)."""
+        self.prefix_cache.add(np.concatenate([np.asarray(prompt, np.int32), last["tokens"]]).astype(np.int32),
+                              _by_position(last["decode"].caches, pad))
+
+    def _prefill_cached(self, prompt: list[int], tokens: np.ndarray, pad: jax.Array,
+                        params: SamplingParams) -> DecodeState | None:
+        """The prefill of one prompt from the prefix cache's longest match, or None where too little matches."""
+        entry, shared = self.prefix_cache.longest(np.asarray(prompt, np.int32))
+        shared = min(shared, len(prompt) - 1)  # at least the last token runs: its logits are the first draw's
+        reused = len(prompt) - -(-(len(prompt) - shared) // PREFIX_CHUNK) * PREFIX_CHUNK  # before the first step
+        if entry is None or shared < MIN_REUSE or reused <= 0:
+            self.prefix_cache.record(len(prompt), 0)
+            return None
+        self.prefix_cache.record(len(prompt), reused)
+        return _prefill_from(self.graphdef, self.state, entry.caches, jnp.asarray(tokens), pad, jnp.int32(shared),
+                             max_new=bucket(params.max_tokens), top=params.top_logprobs)
+
+    def _decode_chunks(self, last: dict, prompts: list[list[int]], params: SamplingParams, chunk_tokens: int,
+                       prompt_len: int, pad: jax.Array, delta: jax.Array, sampling: tuple, sent: np.ndarray,
+                       finished: np.ndarray) -> Iterator[StreamDelta]:
+        """Decode from ``last["decode"]`` chunk by chunk, yielding each row's new tokens; ``last`` keeps the
+        latest state and row 0's tokens so far (for the prefix cache)."""
+        decode = last["decode"]
         while not finished.all():
             until = min(int(decode.step) + chunk_tokens, params.max_tokens)
             decode = _decode(self.graphdef, self.state, decode, jnp.int32(until), jnp.int32(prompt_len), pad,
@@ -272,6 +370,7 @@ class Sampler:
             out_tokens, out_logprobs, lengths, done, step, top_ids, top_values = jax.device_get(
                 (decode.tokens, decode.logprobs, decode.lengths, decode.done, decode.step, decode.top_ids,
                  decode.top_logprobs))
+            last.update(decode=decode, tokens=out_tokens[0, :lengths[0]])
             for row in np.flatnonzero(~finished):
                 over = bool(done[row]) or int(step) >= params.max_tokens
                 if lengths[row] > sent[row] or over:

@@ -99,7 +99,9 @@ class EngineConfig:
     learner's GPUs to vLLM's workers over vLLM's native weight transfer, in the dtype of
     ``weights_dir``'s config, with this host reachable at ``nccl_master_address:nccl_master_port``
     (:class:`~orchard.rollout.weight_transfer.NcclWeightTransfer`; vLLM started with
-    ``--weight-transfer-config '{"backend": "nccl"}'``)."""
+    ``--weight-transfer-config '{"backend": "nccl"}'``). ``prefix_cache_mb`` (``jax``): the sampler's prefix
+    cache (:mod:`orchard.rollout.prefix_cache`), so that a turn prefills only what the conversation added
+    since the last (0: off); evaluation's in-process engine takes it too."""
 
     kind: str = "jax"
     url: str = ""
@@ -109,6 +111,7 @@ class EngineConfig:
     weight_sync: str = "disk"  # disk | nccl
     nccl_master_address: str = ""  # an address of the learner's host that the vLLM workers reach
     nccl_master_port: int = 29500
+    prefix_cache_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -438,7 +441,7 @@ async def rl_prompts(config: PassFilterConfig, workdir: str, workers: RolloutWor
 def make_engine(config: EngineConfig, model: Any, tokenizer: Tokenizer) -> RolloutEngine:
     """The rollout engine ``config`` names (see :class:`EngineConfig`)."""
     if config.kind == "jax":
-        return JaxEngine(model, tokenizer)
+        return JaxEngine(model, tokenizer, prefix_cache_bytes=config.prefix_cache_mb << 20)
     if config.kind in ("vllm", "openai"):
         replicas = [url.strip() for url in config.url.split(",") if url.strip()]
         return OpenAIEngine(replicas, config.served_model, api_key=config.api_key, weight_sync=make_weight_sync(config))

@@ -25,7 +25,6 @@ from orchard.harness.policies import EnginePolicy
 from orchard.models import ModelConfig, Transformer, save_pretrained
 from orchard.models.sharding import make_mesh
 from orchard.models.shipped import smollm2_gguf
-from orchard.rollout.jax_engine import JaxEngine
 from orchard.rollout.types import SamplingParams
 from orchard.tasks.swe.generate import generate_task_set
 from orchard.tasks.swe.sources import resolve_source
@@ -68,11 +67,12 @@ def _compiled(num_layers: int):
     return optimizer, make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
 
 
-def tiny_learner(tokenizer: Tokenizer, num_layers: int, config: RLConfig):
+def tiny_learner(tokenizer: Tokenizer, num_layers: int, config: RLConfig, prefix_cache_mb: int = 0):
     """A fresh tiny random policy over SmolLM2's vocabulary (the same weights every call), its engine
-    and a Learner of its GRPO step."""
+    (with a prefix cache of ``prefix_cache_mb``) and a Learner of its GRPO step."""
     model = Transformer(ModelConfig.tiny(49152, num_layers=num_layers, **TINY), rngs=nnx.Rngs(0))
-    chat, engine = smollm2_format(tokenizer), JaxEngine(model, tokenizer)
+    chat = smollm2_format(tokenizer)
+    engine = make_engine(EngineConfig(prefix_cache_mb=prefix_cache_mb), model, tokenizer)
     policy = EnginePolicy(engine, chat, SamplingParams(max_tokens=16, temperature=1.0))
     mesh = make_mesh(1, 1)
     optimizer, train_step = _compiled(num_layers)
@@ -123,11 +123,12 @@ def test_one_rl_step_in_real_sandboxes(orchestrator, minicalc, smollm2_tokenizer
 
 @pytest.mark.slow
 def test_a_rerun_samples_the_same_rollouts_at_any_concurrency(orchestrator, minicalc, smollm2_tokenizer):
-    """Episode seeds depend on (run seed, step, task, sample), not on the order episodes finish in."""
+    """Episode seeds depend on (run seed, step, task, sample), not on the order episodes finish in; and the
+    prefix cache, which the episodes' turns fill and read interleaved, changes no token."""
     config = RLConfig(prompts_per_step=2, **STEP)
     runs = []
-    for concurrency in (1, 3):
-        policy, state, learner = tiny_learner(smollm2_tokenizer, 1, config)
+    for concurrency, prefix_cache_mb in ((1, 0), (3, 0), (3, 64)):
+        policy, state, learner = tiny_learner(smollm2_tokenizer, 1, config, prefix_cache_mb)
 
         async def run(policy=policy, state=state, learner=learner, concurrency=concurrency):
             async with orchestrator.async_client() as client:
@@ -135,15 +136,19 @@ def test_a_rerun_samples_the_same_rollouts_at_any_concurrency(orchestrator, mini
 
         new_state, step = asyncio.run(run())
         rollouts = {(r.trajectory.task_id, r.trajectory.metadata["sample"]): r for g in step.groups for r in g.group}
-        runs.append((new_state, rollouts))
-    (first_state, first), (second_state, second) = runs
-    assert len(first) == 4 and first.keys() == second.keys()
-    for key, rollout in first.items():
-        sampled = [m.token_ids for m in rollout.trajectory.messages if m.role == "assistant"]
-        assert sampled == [m.token_ids for m in second[key].trajectory.messages if m.role == "assistant"], key
-        assert rollout.trajectory.metadata["seed"] == second[key].trajectory.metadata["seed"]
-    for a, b in zip(jax.tree.leaves(first_state.params), jax.tree.leaves(second_state.params), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        runs.append((new_state, rollouts, learner.engine.sampler.prefix_cache))
+    (first_state, first, _), *others = runs
+    assert len(first) == 4
+    for other_state, other, _ in others:
+        assert first.keys() == other.keys()
+        for key, rollout in first.items():
+            sampled = [m.token_ids for m in rollout.trajectory.messages if m.role == "assistant"]
+            assert sampled == [m.token_ids for m in other[key].trajectory.messages if m.role == "assistant"], key
+            assert rollout.trajectory.metadata["seed"] == other[key].trajectory.metadata["seed"]
+        for a, b in zip(jax.tree.leaves(first_state.params), jax.tree.leaves(other_state.params), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+    cache = runs[-1][2]
+    assert cache.stats.hits > 0 and not cache.entries  # the episodes' later turns hit; the update dropped them
 
 
 def test_an_rl_step_with_reward_variance_changes_the_parameters_and_syncs_them(orchestrator, minicalc,
