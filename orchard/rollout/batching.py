@@ -27,8 +27,10 @@ Every row samples with its own request's parameters (temperature, top-k, top-p, 
 shares the batch, and are the ones the in-process engine samples for it. Weight updates wait for the rows in flight to finish (new
 requests queue meanwhile), so no completion mixes two versions of the weights.
 
-Not here (vLLM has them): paged KV blocks, chunked prefill of long prompts beside decoding rows, a
-prefix cache.
+With the sampler's prefix cache (:mod:`orchard.rollout.prefix_cache`), a single-prompt request starts from
+the longest entry its prompt extends and prefills only the rest; when its row ends, the row's keys and values
+(its slots are its positions) become an entry. Not here (vLLM has them): paged KV blocks shared by reference,
+chunked prefill of long prompts beside decoding rows.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from orchard.rollout.sampler import Sampler, bucket, sample_rows
+from orchard.rollout.sampler import Sampler, bucket, prefill_after_prefix, reusable, sample_rows
 from orchard.rollout.types import MAX_TOP_LOGPROBS, SamplingParams, StreamDelta
 
 log = logging.getLogger(__name__)
@@ -189,6 +191,7 @@ class BatchRequest:
     rows: list[int] = field(default_factory=list)  # its batch rows, once admitted (-1: finished)
     weight_version: int = 0
     cancelled: bool = False
+    generated: list[int] = field(default_factory=list)  # a single prompt's tokens so far, for the prefix cache
 
     def cancel(self) -> None:
         """Stop decoding this request; its rows are freed at the next step boundary."""
@@ -356,8 +359,15 @@ class ContinuousBatcher:
             lengths = np.array([len(p) for p in request.prompts], np.int32)
             for row, prompt in enumerate(request.prompts):
                 tokens[row, : len(prompt)] = prompt
-            caches, logits = _prefill_rows(self.sampler.graphdef, self.sampler.state, jnp.asarray(tokens),
-                                           jnp.asarray(lengths))
+            entry, shared = (reusable(self.sampler.prefix_cache, request.prompts[0]) if self._caches(request)
+                             else (None, 0))
+            if entry is not None:  # the row's slots are its positions: no padding before the prompt
+                caches, logits = prefill_after_prefix(self.sampler.graphdef, self.sampler.state, entry.caches,
+                                                      jnp.asarray(tokens), jnp.zeros((1,), jnp.int32),
+                                                      jnp.int32(lengths[0]), jnp.int32(shared), cache_len=width)
+            else:
+                caches, logits = _prefill_rows(self.sampler.graphdef, self.sampler.state, jnp.asarray(tokens),
+                                               jnp.asarray(lengths))
             self._batch = _insert(self._batch, caches, logits, jnp.asarray(lengths), jnp.asarray(free, jnp.int32))
             sampling = request.sampling
             stops = np.full(self.max_stop_ids, -1, np.int32)
@@ -368,6 +378,10 @@ class ContinuousBatcher:
                               sampling.top_k, sampling.top_p, stops)
             request.rows, request.weight_version = free, self.weight_version
             self.stats["admitted"] += 1
+
+    def _caches(self, request: BatchRequest) -> bool:
+        """Whether ``request`` reads and fills the sampler's prefix cache (a single prompt, a cache to use)."""
+        return self.sampler.prefix_cache is not None and len(request.prompts) == 1
 
     def _set_row(self, row: int, *values) -> None:
         for array, value in zip(self._params, values, strict=True):
@@ -440,6 +454,11 @@ class ContinuousBatcher:
             count = int(counts[row])
             self._params.generated[row] += count
             ended = bool(finished[row])
+            if self._caches(request):
+                request.generated += tokens[row, :count].tolist()
+                if ended:  # every token's keys and values are in the row, at its position
+                    self.sampler.prefix_cache.add(np.asarray(request.prompts[0] + request.generated, np.int32),
+                                                  jax.tree.map(lambda leaf, r=row: leaf[r:r + 1], self._batch.caches))
             if count or ended:
                 wanted = request.sampling.top_logprobs
                 alternatives = [list(zip(ids[:wanted].tolist(), values[:wanted].tolist(), strict=True))

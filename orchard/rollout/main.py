@@ -7,6 +7,8 @@ import argparse
 import logging
 import time
 
+from orchard.rollout.prefix_cache import DEFAULT_PREFIX_CACHE_MB
+
 log = logging.getLogger("orchard.rollout.server")
 
 
@@ -22,6 +24,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="sequences decoded together across concurrent requests (0: one request at a time)")
     parser.add_argument("--chunk-steps", type=int, default=2,
                         help="decode steps between the points where requests may join or leave the batch")
+    parser.add_argument("--prefix-cache-mb", type=int, default=DEFAULT_PREFIX_CACHE_MB,
+                        help="memory for the keys and values of earlier prompts that new ones extend (0: none)")
     parser.add_argument("--chat-format", default=None,
                         help="the chat format (orchard.data.chat.CHAT_FORMATS; default: by the model family)")
     parser.add_argument("--allowed-local-media-path", action="append", default=[], metavar="DIR",
@@ -39,7 +43,7 @@ def serve(args: argparse.Namespace) -> None:
     overrides = {"dtype": args.dtype} if args.dtype else {}
     started = time.perf_counter()
     server = ModelServer(args.model, args.name, args.max_batch_rows, args.chunk_steps, args.chat_format,
-                         args.allowed_local_media_path, **overrides)
+                         args.allowed_local_media_path, args.prefix_cache_mb, **overrides)
     log.info("loaded %s in %.1f s; serving it as %r on http://%s:%d/v1", args.model,
              time.perf_counter() - started, server.name, args.host, args.port)
     uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning", timeout_keep_alive=120)

@@ -23,8 +23,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import jax
 import numpy as np
+
+DEFAULT_PREFIX_CACHE_MB = 512  # orchard serve's, on by default as vLLM's prefix caching is
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class PrefixCache:
     def add(self, tokens: np.ndarray, caches: Any) -> None:
         """Keep ``caches`` (by position) for ``tokens``, replacing entries it extends and evicting the least
         recently used ones past the budget; one larger than the whole budget is not kept."""
+        import jax  # here, so that orchard serve's command line imports this module without JAX
+
         nbytes = sum(leaf.nbytes for leaf in jax.tree.leaves(caches))
         if nbytes > self.budget_bytes:
             return

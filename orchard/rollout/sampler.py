@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -123,20 +123,20 @@ def _prefill(graphdef, state, tokens, pad, positions=None, images: Images | None
 
 
 PREFIX_CHUNK = 64  # tokens a step of a cached prefill runs (the steps loop in one program for any count)
+MIN_REUSE = PREFIX_CHUNK  # fewer shared tokens than this: prefill the whole prompt
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "max_new", "top"))
-def _prefill_from(graphdef, state, prefix, tokens, pad, reused, *, max_new: int, top: int) -> DecodeState:
-    """One prompt (a batch of one, left-padded by ``pad``) whose first ``reused`` tokens' keys and values are
-    in ``prefix`` (the cache pytree, each leaf ``[1, L, ...]`` by position). Those fill their slots, and only
-    the rest of the prompt runs through the model, ``PREFIX_CHUNK`` tokens a step (the first step runs a few
-    of the reused tokens again, so that the steps end at the prompt's last slot; the caller makes sure they
-    start after the padding). One program for every ``reused``: as many programs as :func:`_prefill` has."""
+@functools.partial(jax.jit, static_argnames=("graphdef", "cache_len"))
+def prefill_after_prefix(graphdef, state, prefix, tokens, pad, end, reused, *, cache_len: int) -> tuple[list, jax.Array]:
+    """A prompt (a batch of one: ``tokens [1, T]`` hold it in slots ``[pad, end)``) whose first ``reused`` tokens'
+    keys and values are in ``prefix`` (the cache pytree, each leaf ``[1, L, ...]`` by position), into a fresh
+    cache of ``cache_len`` slots: those keys and values fill their slots, and only the rest of the prompt runs
+    through the model, ``PREFIX_CHUNK`` tokens a step (the first step runs a few of the reused tokens again,
+    so that the steps end at ``end``; the caller makes sure they start after ``pad``). Returns the cache and
+    the last token's logits ``[1, V]``. One program for every ``reused`` and ``end``."""
     model = nnx.merge(graphdef, state)
-    prompt_len = tokens.shape[1]
-    cache_len = prompt_len + max_new
-    steps = (prompt_len - pad[0] - reused + PREFIX_CHUNK - 1) // PREFIX_CHUNK
-    first = prompt_len - steps * PREFIX_CHUNK  # the slot the steps start at
+    steps = (end - pad[0] - reused + PREFIX_CHUNK - 1) // PREFIX_CHUNK
+    first = end - steps * PREFIX_CHUNK  # the slot the steps start at
     slots = jnp.arange(cache_len)
     position = slots - pad[0]
     kept = (position >= 0) & (slots < first)
@@ -156,11 +156,20 @@ def _prefill_from(graphdef, state, prefix, tokens, pad, reused, *, max_new: int,
         return caches, logits[:, -1]
 
     caches = jax.tree.map(fill, model.init_cache(1, cache_len), prefix)
-    vocab = model.cfg.vocab_size
-    caches, last_logits = jax.lax.fori_loop(0, steps, step, (caches, jnp.zeros((1, vocab), jnp.float32)))
-    return DecodeState(jnp.int32(0), caches, last_logits, jnp.zeros((1, max_new), jnp.int32),
-                       jnp.zeros((1, max_new), jnp.float32), jnp.zeros((1,), bool), jnp.zeros((1,), jnp.int32),
-                       jnp.zeros((1, max_new, top), jnp.int32), jnp.zeros((1, max_new, top), jnp.float32))
+    return jax.lax.fori_loop(0, steps, step, (caches, jnp.zeros((1, model.cfg.vocab_size), jnp.float32)))
+
+
+def reusable(cache: PrefixCache, prompt: Sequence[int]) -> tuple[Any, int]:
+    """The prefix-cache entry a prompt's prefill starts from and how many of its tokens it shares, or
+    ``(None, 0)`` where too few are shared; the lookup is counted either way."""
+    entry, shared = cache.longest(np.asarray(prompt, np.int32))
+    shared = min(shared, len(prompt) - 1)  # at least the last token runs: its logits are the first draw's
+    reused = len(prompt) - -(-(len(prompt) - shared) // PREFIX_CHUNK) * PREFIX_CHUNK  # before the first step
+    if entry is None or shared < MIN_REUSE or reused <= 0:
+        cache.record(len(prompt), 0)
+        return None, 0
+    cache.record(len(prompt), reused)
+    return entry, shared
 
 
 @jax.jit
@@ -229,9 +238,6 @@ def collect(deltas: Iterable[StreamDelta], rows: int) -> list[Completion]:
         completions.append(Completion([t for d in row for t in d.token_ids], [lp for d in row for lp in d.logprobs],
                                       finish, text, alternatives, version))
     return completions
-
-
-MIN_REUSE = PREFIX_CHUNK  # fewer shared tokens than this: prefill the whole prompt
 
 
 class Sampler:
@@ -347,15 +353,16 @@ class Sampler:
     def _prefill_cached(self, prompt: list[int], tokens: np.ndarray, pad: jax.Array,
                         params: SamplingParams) -> DecodeState | None:
         """The prefill of one prompt from the prefix cache's longest match, or None where too little matches."""
-        entry, shared = self.prefix_cache.longest(np.asarray(prompt, np.int32))
-        shared = min(shared, len(prompt) - 1)  # at least the last token runs: its logits are the first draw's
-        reused = len(prompt) - -(-(len(prompt) - shared) // PREFIX_CHUNK) * PREFIX_CHUNK  # before the first step
-        if entry is None or shared < MIN_REUSE or reused <= 0:
-            self.prefix_cache.record(len(prompt), 0)
+        entry, shared = reusable(self.prefix_cache, prompt)
+        if entry is None:
             return None
-        self.prefix_cache.record(len(prompt), reused)
-        return _prefill_from(self.graphdef, self.state, entry.caches, jnp.asarray(tokens), pad, jnp.int32(shared),
-                             max_new=bucket(params.max_tokens), top=params.top_logprobs)
+        prompt_len, max_new, top = tokens.shape[1], bucket(params.max_tokens), params.top_logprobs
+        caches, logits = prefill_after_prefix(self.graphdef, self.state, entry.caches, jnp.asarray(tokens), pad,
+                                              jnp.int32(prompt_len), jnp.int32(shared),
+                                              cache_len=prompt_len + max_new)
+        return DecodeState(jnp.int32(0), caches, logits, jnp.zeros((1, max_new), jnp.int32),
+                           jnp.zeros((1, max_new), jnp.float32), jnp.zeros((1,), bool), jnp.zeros((1,), jnp.int32),
+                           jnp.zeros((1, max_new, top), jnp.int32), jnp.zeros((1, max_new, top), jnp.float32))
 
     def _decode_chunks(self, last: dict, prompts: list[list[int]], params: SamplingParams, chunk_tokens: int,
                        prompt_len: int, pad: jax.Array, delta: jax.Array, sampling: tuple, sent: np.ndarray,

@@ -8,8 +8,9 @@ vLLM 0.34 answers them: ``POST /collective_rpc`` with ``{"method": "reload_weigh
 weights, from ``{"kwargs": {"weights_path": dir}}`` when given (later reloads then read ``dir`` too),
 else from where the last reload read (``{"results": [null]}``); ``POST /pause`` refuses new
 generation requests with a 503 until ``POST /resume`` (requests in flight finish, whatever the
-``mode``: vLLM's ``wait``), ``GET /is_paused``; and ``POST /reset_prefix_cache``
-(``{"success": true}``: Orchard keeps no prefix cache, so there is nothing to drop).
+``mode``: vLLM's ``wait``), ``GET /is_paused``; and ``POST /reset_prefix_cache`` (``{"success": true}``,
+having emptied the prefix cache: ``--prefix-cache-mb``, 512 by default, 0 for none; a turn of a conversation
+then prefills only what it adds to an earlier one, :mod:`orchard.rollout.prefix_cache`).
 
 Concurrent requests share decode steps: they join the engine's running batch at step boundaries
 and leave it when they finish (:mod:`orchard.rollout.batching`, ``--max-batch-rows``, 32 by default).
@@ -58,6 +59,7 @@ from orchard.rollout.openai_api import (
     has_image_parts,
     image_url_bytes,
 )
+from orchard.rollout.prefix_cache import DEFAULT_PREFIX_CACHE_MB
 from orchard.rollout.sampler import PromptImages
 from orchard.rollout.types import Alternatives, SamplingParams, StreamDelta
 
@@ -69,12 +71,14 @@ class ModelServer:
     """The served model: engine, tokenizer, chat format and the directory its weights come from."""
 
     def __init__(self, path: str, name: str | None = None, max_batch_rows: int = 32, chunk_steps: int = 2,
-                 chat_format: str | None = None, local_media: Sequence[str] = (), **overrides) -> None:
+                 chat_format: str | None = None, local_media: Sequence[str] = (),
+                 prefix_cache_mb: int = DEFAULT_PREFIX_CACHE_MB, **overrides) -> None:
         self.path, self.name, self.overrides = path, name or path, overrides
         self.local_media = tuple(local_media)  # directories image_url parts may name files in
         self.chat_format_name = chat_format  # None: chosen by the model family and tokenizer
         self.tokenizer = Tokenizer.from_pretrained(path)
-        self.engine = JaxEngine(from_pretrained(path, **overrides), self.tokenizer, max_batch_rows, chunk_steps)
+        self.engine = JaxEngine(from_pretrained(path, **overrides), self.tokenizer, max_batch_rows, chunk_steps,
+                                prefix_cache_mb << 20)
         self.lock = asyncio.Lock()
         self.weights_path = path  # where a reload reads the weights (vLLM's, too, moves with weights_path)
         self.paused = False  # POST /pause: new generation requests are refused until /resume
@@ -291,6 +295,8 @@ def create_app(server: ModelServer) -> FastAPI:
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache() -> dict:
+        if (cache := server.engine.sampler.prefix_cache) is not None:
+            cache.clear()
         return {"success": True}
 
     @app.post("/v1/chat/completions")

@@ -1,8 +1,10 @@
 """The sampler's prefix cache: the same tokens and logprobs as without it, on multi-turn conversations, with a
-copy head, across evictions and weight updates; only what a prompt adds since an entry is prefilled; batches
-and prompts with images pass it by."""
+copy head, across evictions and weight updates, in the sampler and in the continuous batcher (what ``orchard
+serve`` decodes with); only what a prompt adds since an entry is prefilled; batches pass it by."""
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import numpy as np
@@ -10,8 +12,9 @@ import pytest
 from flax import nnx
 
 from orchard.models import ModelConfig, Transformer
+from orchard.rollout.batching import ContinuousBatcher
 from orchard.rollout.prefix_cache import PrefixCache, common_prefix
-from orchard.rollout.sampler import MIN_REUSE, PREFIX_CHUNK, Sampler
+from orchard.rollout.sampler import MIN_REUSE, PREFIX_CHUNK, Sampler, collect
 from orchard.rollout.types import SamplingParams
 
 VOCAB = 300
@@ -125,3 +128,28 @@ def test_the_cache_finds_the_longest_match_and_refuses_a_bad_budget():
     assert len(cache.entries) == 2
     with pytest.raises(ValueError, match="positive byte budget"):
         PrefixCache(0)
+
+
+def test_the_continuous_batcher_reads_and_fills_the_cache_for_interleaved_conversations():
+    model = tiny()
+    rng = np.random.default_rng(5)
+    conversations = [words(rng, 120), words(rng, 140)]
+    plain = ContinuousBatcher(Sampler(model), max_rows=4, chunk_steps=4)
+    cached_sampler = Sampler(model, prefix_cache_bytes=64 << 20)
+    cached = ContinuousBatcher(cached_sampler, max_rows=4, chunk_steps=4)
+    try:
+        for _ in range(2):  # two turns of two conversations, decoded side by side
+            replies = []
+            for batcher in (plain, cached):
+                with ThreadPoolExecutor(2) as pool:
+                    replies.append(list(pool.map(
+                        lambda prompt, b=batcher: collect(b.stream([prompt], GREEDY), 1)[0], conversations)))
+            for without, with_cache in zip(*replies, strict=True):
+                same(without, with_cache)
+            conversations = [c + list(r.token_ids) + words(rng, 30) for c, r in zip(conversations, replies[0],
+                                                                                   strict=True)]
+        stats = cached_sampler.prefix_cache.stats
+        assert stats.lookups == 4 and stats.hits == 2 and stats.reused_tokens >= 120 - PREFIX_CHUNK
+    finally:
+        plain.close()
+        cached.close()
