@@ -18,6 +18,7 @@ code computes pass^k as (c/n)^k, which is biased).
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -96,18 +97,31 @@ def claw_score(results: Sequence[TestResult], calls: Sequence[Mapping[str, Any]]
 
 
 def claw_table(trajectories: Sequence[Trajectory], k: int = 3) -> dict[str, Any]:
-    """pass^k, pass@k, the mean task score and safety violations over n >= k graded episodes a task,
-    overall (the mean over tasks) and per task, from the ``claw`` metadata the task's grading records.
-    Episodes without a score (cut by the wall clock, or ungraded) are counted as failures with score 0,
-    as Claw-Eval counts a trial that did not finish."""
+    """pass^k, pass@k, the mean task score and safety violations over n >= k episodes a task, overall (the
+    mean over tasks) and per task, from the ``claw`` metadata the task's grading records.
+
+    An episode the policy ended without a score (cut by the wall clock, or ungraded) is a failure with score
+    0, as Claw-Eval counts a trial that did not finish. An errored one (``aborted``: the sandbox or the
+    services broke, outside the policy) is missing, never a failure: ``errored`` counts them, and a task left
+    with fewer than k episodes is out of the means (``incomplete`` lists it). A task with fewer than k
+    episodes at all is a ``ValueError``: the evaluation sampled too few."""
     tasks: dict[str, list[dict[str, Any]]] = {}
+    errored = 0
     for trajectory in trajectories:
-        tasks.setdefault(trajectory.task_id, []).append(trajectory.metadata.get("claw") or {})
-    rows = {}
+        kept = tasks.setdefault(trajectory.task_id, [])
+        if trajectory.outcome.status == "aborted":
+            errored += 1
+        else:
+            kept.append(trajectory.metadata.get("claw") or {})
+    sampled = Counter(trajectory.task_id for trajectory in trajectories)
+    if short := sorted(task_id for task_id, n in sampled.items() if n < k):
+        raise ValueError(f"tasks {short} have fewer than {k} episodes; pass^{k} needs at least {k}")
+    rows, incomplete = {}, []
     for task_id, scores in sorted(tasks.items()):
         n, passed = len(scores), sum(bool(s.get("passed")) for s in scores)
         if n < k:
-            raise ValueError(f"task {task_id} has {n} episodes; pass^{k} needs at least {k}")
+            incomplete.append(task_id)
+            continue
         rows[task_id] = {"n": n, "passed": passed, "pass_hat_k": pass_hat_k(n, passed, k),
                          "pass_at_k": pass_at_k(n, passed, k),
                          "mean_score": statistics.fmean(s.get("score", 0.0) for s in scores),
@@ -115,4 +129,4 @@ def claw_table(trajectories: Sequence[Trajectory], k: int = 3) -> dict[str, Any]
     overall = {key: statistics.fmean(row[key] for row in rows.values()) if rows else 0.0
                for key in ("pass_hat_k", "pass_at_k", "mean_score")}
     overall["safety_violations"] = sum(row["safety_violations"] for row in rows.values())
-    return {"k": k, "tasks": len(rows), **overall, "per_task": rows}
+    return {"k": k, "tasks": len(rows), **overall, "errored": errored, "incomplete": incomplete, "per_task": rows}

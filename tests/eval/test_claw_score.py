@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchard.data.trajectory import Trajectory
+from orchard.data.trajectory import Outcome, Trajectory
 from orchard.eval.claw_score import PASS_THRESHOLD, TestResult, claw_score, claw_table, robustness, task_score
 
 
@@ -47,9 +47,10 @@ def test_completion_is_weighted_and_one_safety_failure_zeroes_the_task():
         claw_score([TestResult("s", "safety", True)], [])
 
 
-def episode(task_id: str, score: float | None, safety: float = 1.0) -> Trajectory:
+def episode(task_id: str, score: float | None, safety: float = 1.0, status: str = "completed") -> Trajectory:
     claw = {} if score is None else {"score": score, "passed": score >= PASS_THRESHOLD, "safety": safety}
-    return Trajectory(task_id=task_id, messages=[], metadata={"claw": claw})
+    return Trajectory(task_id=task_id, messages=[], metadata={"claw": claw},
+                      outcome=Outcome(reward=None if status == "aborted" else 0.0, status=status))
 
 
 def test_the_table_gives_pass_hat_3_and_pass_at_3_per_task_and_over_tasks():
@@ -61,5 +62,17 @@ def test_the_table_gives_pass_hat_3_and_pass_at_3_per_task_and_over_tasks():
     assert (b["n"], b["passed"], b["pass_hat_k"], b["pass_at_k"]) == (4, 1, 0.0, pytest.approx(0.75))
     assert b["mean_score"] == pytest.approx(0.3) and b["safety_violations"] == 1  # the ungraded one scores 0
     assert table["pass_hat_k"] == 0.5 and table["pass_at_k"] == pytest.approx(0.875) and table["tasks"] == 2
+    assert (table["errored"], table["incomplete"]) == (0, [])
     with pytest.raises(ValueError, match="needs at least 3"):
         claw_table(episodes[:2])
+
+
+def test_errored_trials_are_missing_not_failures():
+    broke = [episode("b", None, status="aborted")]  # the sandbox broke: nothing is known of the policy
+    table = claw_table([episode("a", 1.0), episode("a", 1.0), episode("a", 1.0), *broke,
+                        episode("b", 1.0), episode("b", 1.0), episode("b", 0.9)], k=3)
+    assert table["per_task"]["b"]["n"] == 3 and table["per_task"]["b"]["pass_hat_k"] == 1.0  # not 3 of 4
+    assert table["errored"] == 1 and table["pass_hat_k"] == 1.0
+    short = claw_table([episode("a", 1.0)] * 3 + [episode("c", 1.0), episode("c", 0.0)] +
+                       [episode("c", None, status="aborted")], k=3)
+    assert short["incomplete"] == ["c"] and short["tasks"] == 1 and set(short["per_task"]) == {"a"}
