@@ -88,12 +88,31 @@ TOOLS: list[dict[str, Any]] = [
 TOOL_NAMES = tuple(tool["function"]["name"] for tool in TOOLS)
 MAX_WAIT_S = 10.0
 
+_MARK = {"mark": {"type": "integer", "description": "The element's mark, [n] in the latest list."}}
+# The marks mode's tools: act on a listed element by its mark (set-of-marks), a few hundred tokens of schema.
+MARK_TOOLS: list[dict[str, Any]] = [
+    _tool("click_mark", "Click an element.", dict(_MARK), ["mark"]),
+    _tool("type_mark", "Type text into an element, replacing what it holds.", {
+        **_MARK, "text": {"type": "string", "description": "The text to type."}}, ["mark", "text"]),
+    _tool("press_keys", "Press keys, separated by spaces: \"Enter\", \"Tab\", \"ArrowDown Enter\".", {
+        "keys": {"type": "string", "description": "Key names, e.g. Enter, Tab, Escape."}}, ["keys"]),
+    _tool("done", "Finish the task, with the answer if it asks for one.", {
+        "response": {"type": "string", "description": "The answer, or a short summary."}}, ["response"]),
+]
+STALE_MARK = "ERROR: no element has mark [{mark}] on the page now. Use a mark from the latest list."
+
 SYSTEM_PROMPT = """\
 You are a browser agent. You complete tasks in a web browser by looking at screenshots and acting with the tools.
 
 Each turn: think about what the screenshot shows and what to do next inside <think>...</think>, then call \
 exactly ONE tool. Coordinates are pixels of the latest screenshot. When the task is complete, call done with \
 the answer (or a short summary if the task asks for no answer)."""
+
+MARKS_SYSTEM_PROMPT = """\
+You are a browser agent. You complete tasks in a web browser by looking at the page and acting with the tools.
+
+Each turn shows a screenshot and the page's elements, each with a mark [n]. Think inside <think>...</think>, \
+then call exactly ONE tool on an element by its mark. When the task is complete, call done."""
 
 TASK_TEMPLATE = "Task: {task}"
 NO_TOOL_CALL = "ERROR: you did not call a tool. Call exactly one tool each turn; call done when the task is complete."
@@ -109,6 +128,12 @@ class BrowserHarness:
     ``elements``: add the visible elements' list to each observation; ``context_images``: how many
     of the latest screenshots a policy keeps in its prompt (recorded for the policies and the
     trainer; every screenshot stays in the trajectory).
+
+    ``marks`` (set-of-marks, a departure from the paper's pixel interface for small policies): each
+    observation lists the visible elements with a mark ``[n]`` beside the screenshot, and the tools are
+    :data:`MARK_TOOLS`, which act on an element by its mark (a click at its centre; typing clicks it
+    first and replaces its text). A mark is valid until the next observation; an older or unknown one
+    is an ``ERROR:`` observation that names it (:data:`STALE_MARK`), and nothing is done.
     """
 
     images: ImageStore = field(default_factory=ImageStore.temporary)
@@ -118,6 +143,16 @@ class BrowserHarness:
     task_template: str = TASK_TEMPLATE
     name: str = "browser"
     tools: list[dict[str, Any]] | None = field(default_factory=lambda: [dict(tool) for tool in TOOLS])
+    marks: bool = False
+    _marked: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict, repr=False)  # sandbox -> marks
+
+    def __post_init__(self) -> None:
+        if self.marks:  # the mode's own tools, prompt and name (its trajectories are not the paper mode's)
+            self.tools = [dict(tool) for tool in MARK_TOOLS]
+            if self.system_prompt == SYSTEM_PROMPT:
+                self.system_prompt = MARKS_SYSTEM_PROMPT
+            if self.name == "browser":
+                self.name = "browser-marks"
 
     def task_prompt(self, task: str) -> str:
         return self.task_template.format(task=task)
@@ -138,6 +173,16 @@ class BrowserHarness:
                                submission=str(call.arguments["response"]))
         browser = browser_of(sandbox)
         arguments = dict(call.arguments)
+        if self.marks and call.name in ("click_mark", "type_mark"):
+            element = self._marked.get(sandbox.id, {}).get(arguments.pop("mark"))
+            if element is None:
+                return Observation(Message(role="tool", content=STALE_MARK.format(mark=call.arguments["mark"]),
+                                           tool_call_id=call.id), then=[await self.page_message(sandbox, "")])
+            if call.name == "click_mark":
+                call, arguments = ToolCall(id=call.id, name="click", arguments={}), {"x": element["x"], "y": element["y"]}
+            else:
+                call = ToolCall(id=call.id, name="write", arguments={})
+                arguments = {"text": arguments["text"], "x": element["x"], "y": element["y"], "clear": True}
         if call.name == "wait":
             arguments["seconds"] = max(0.0, min(float(arguments.get("seconds", 1.0)), MAX_WAIT_S))
         try:
@@ -162,7 +207,13 @@ class BrowserHarness:
         lines.append(f"Viewport: {width}x{height} pixels. Tabs:")
         lines += [f"{'*' if tab['active'] else ' '} [{tab['index']}] {tab['title'] or '(untitled)'} - {tab['url']}"
                   for tab in tabs]
-        if self.elements:
+        if self.marks:
+            found = await browser.call("elements")
+            self._marked[sandbox.id] = dict(enumerate(found, 1))
+            lines.append("Elements:")
+            lines += [f"[{mark}] {e['tag']}{'#' + e['id'] if e['id'] else ''} {json.dumps(e['text'])}"
+                      for mark, e in enumerate(found, 1)]
+        elif self.elements:
             found = await browser.call("elements")
             lines.append("Elements (tag, text, centre x,y):")
             lines += [f"- {e['tag']}{'#' + e['id'] if e['id'] else ''} {json.dumps(e['text'])} at "

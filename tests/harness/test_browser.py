@@ -18,7 +18,7 @@ from orchard.data.chat import make_chat_format
 from orchard.data.examples import latest_images
 from orchard.data.images import ImageStore
 from orchard.data.trajectory import Message, ToolCall
-from orchard.harness.browser import TOOL_NAMES, TOOLS, BrowserHarness, screenshots
+from orchard.harness.browser import MARK_TOOLS, STALE_MARK, TOOL_NAMES, TOOLS, BrowserHarness, screenshots
 from orchard.harness.chromium import BrowserError, BrowserSettings, SandboxBrowser, browser_of
 from orchard.harness.core import FormatError, Limits, Turn, run_agent
 from orchard.harness.episode import run_episode
@@ -161,6 +161,41 @@ def test_bad_calls_are_format_errors_and_failed_calls_are_observations(shop):
         observation = act(sb, harness, name, **arguments)
         assert observation.message.content.startswith("ERROR:") and error in observation.message.content
         assert observation.submission is None and observation.then  # the run goes on, with a new screenshot
+
+
+def test_marks_name_the_listed_elements_and_a_stale_mark_is_a_clear_tool_error(shop):
+    sb, task = shop
+    harness = BrowserHarness(marks=True)
+    assert harness.name == "browser-marks" and [t["function"]["name"] for t in harness.tools] == [
+        "click_mark", "type_mark", "press_keys", "done"]
+    assert len(json.dumps(MARK_TOOLS)) * 3 < len(json.dumps(TOOLS))  # a compact schema for small policies
+    sb.run_async(task.setup)
+    first = task.shop.products[0]
+
+    def marks(message: Message) -> dict[str, int]:
+        """Each listed element's text (and its tag#id) -> its mark."""
+        listed = [line.split(" ", 2) for line in message.content.splitlines() if line.startswith("[")]
+        return {key: int(mark[1:-1]) for mark, tag, text in listed for key in (json.loads(text), tag)}
+
+    [opening] = sb.run_async(harness.opening)
+    shown = marks(opening)
+    assert opening.images and first[0] in shown
+    observation = act(sb, harness, "click_mark", mark=shown[first[0]])
+    assert page(sb, "() => location.pathname") == f"/product/{first[1]}.html"  # the mark's element was clicked
+    assert marks(observation.then[0]) != shown  # a new page, a new list
+    act(sb, harness, "press_keys", keys="Alt+ArrowLeft")
+    sb.run_async(lambda box: browser_of(box).call("goto_url", url=f"{ORIGIN}/tools.html"))
+    tools_page = marks(sb.run_async(harness.page_message, ""))
+    act(sb, harness, "type_mark", mark=tools_page["input#field"], text="orchard")
+    act(sb, harness, "press_keys", keys="Enter")
+    assert page(sb, "() => document.body.dataset.submitted") == "orchard"
+    unknown = max(tools_page.values()) + 7
+    stale = act(sb, harness, "type_mark", mark=unknown, text="x")
+    assert stale.message.content == STALE_MARK.format(mark=unknown) and stale.then and stale.submission is None
+    assert page(sb, "() => document.body.dataset.submitted") == "orchard"  # nothing was typed anywhere
+    with pytest.raises(FormatError, match="must be of type integer"):
+        harness.parse(Turn(Message(role="assistant", tool_calls=[ToolCall(name="click_mark",
+                                                                           arguments={"mark": "3"})])))
 
 
 @pytest.mark.parametrize("vision", [False, True], ids=["text", "vision"])
