@@ -14,6 +14,12 @@ Variants make the data realistic:
   at random turns;
 - ``fail``: one wrong action (a click somewhere the solver would not click, or a wrong answer on
   the sites), then ``done``: the failed trajectories a judge must catch.
+
+With ``marks`` it writes the calls of the harness's set-of-marks mode (:data:`~orchard.harness.browser.MARK_TOOLS`):
+a click or a typed text at a point goes to the smallest listed element whose box holds it
+(:func:`mark_action`); an action that mode has no tool for (a drag, a scroll, typing into the focused field)
+ends the episode with ``done``, so such pages are not solved in that mode. Its detours are left out (the
+mode has no harmless action to make).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class GUIOracle:
     variant: Variant = "clean"
     seed: int = 0
     name: str = "gui-oracle"
+    marks: bool = False  # write the set-of-marks mode's calls (see the module docstring)
 
     async def act(self, conversation: Conversation, *, max_context: int | None = None) -> Turn:
         if conversation.sandbox is None:
@@ -76,12 +83,14 @@ class GUIOracle:
             if action is None:
                 action = {"tool": "done", "args": {"response": ""}}
             thought = f"The task: {self.task.prompt} Next I {_describe(action)}."
+        if self.marks:
+            action = mark_action(action, await browser.call("elements")) or {"tool": "done", "args": {"response": ""}}
         call = ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=action["tool"], arguments=dict(action["args"]))
         return Turn(Message(role="assistant", content="", reasoning=thought, tool_calls=[call]))
 
     def _plan(self, episode_seed: int) -> dict[str, Any]:
         rng = seeded_random(self.seed, "gui-oracle", episode_seed)
-        detours = set(rng.sample(range(4), rng.randint(1, 3))) if self.variant == "wander" else set()
+        detours = set(rng.sample(range(4), rng.randint(1, 3))) if self.variant == "wander" and not self.marks else set()
         return {"rng": rng, "detours": detours, "failed": False, "memory": {}}
 
     @staticmethod
@@ -91,6 +100,30 @@ class GUIOracle:
         return rng.choice([{"tool": "hover", "args": {"x": x, "y": y}},
                            {"tool": "scroll", "args": {"x": x, "y": y, "delta_y": 0}},
                            {"tool": "wait", "args": {"seconds": 0.1}}])
+
+
+def element_at(elements: list[dict[str, Any]], x: float, y: float) -> int | None:
+    """The mark (counted from 1, as the harness lists them) of the smallest element whose box holds (x, y)."""
+    holding = [(e["width"] * e["height"], mark) for mark, e in enumerate(elements, 1)
+               if abs(x - e["x"]) <= e["width"] / 2 and abs(y - e["y"]) <= e["height"] / 2]
+    return min(holding)[1] if holding else None
+
+
+def mark_action(action: dict[str, Any], elements: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The set-of-marks call for a solver's action on the page whose visible ``elements`` the harness listed:
+    a click or a write at a point on the element there; ``done`` and ``press_keys`` as they are; None for an
+    action the mode cannot make."""
+    tool, args = action["tool"], action["args"]
+    if tool in ("done", "press_keys"):
+        return action
+    if tool not in ("click", "write") or "x" not in args or "y" not in args:
+        return None
+    mark = element_at(elements, args["x"], args["y"])
+    if mark is None:
+        return None
+    if tool == "click":
+        return {"tool": "click_mark", "args": {"mark": mark}}
+    return {"tool": "type_mark", "args": {"mark": mark, "text": args["text"]}}
 
 
 def _describe(action: dict[str, Any]) -> str:
