@@ -21,13 +21,16 @@ not a 235B model; the policy is a tiny Qwen3-VL trained from scratch over a BPE 
 the pages are a handful of MiniWoB++ pages, not the open web. The policy sees pixels only, as the
 paper's; ``harness.elements`` adds the page's element list beside the screenshot
 (``configs/gui_grpo.py:elements``). docs/benchmarks.md reports both: at this scale neither learns
-more than the other. ``harness.tools`` names the tools the policy is given: the paper's 13 by default,
+more than the other. ``harness.marks`` is set-of-marks (``configs/gui_grpo.py:marks``): the elements
+listed with marks and four compact tools that act on a mark, the oracle teacher writing those calls
+(:func:`~orchard.tasks.gui.oracle.mark_action`). ``harness.tools`` names the tools the policy is given: the paper's 13 by default,
 fewer where the pages need fewer (the smoke config's pages take clicks: ``click`` and ``done``, and its
 rows are half as long).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -45,7 +48,14 @@ from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories, save_trajectories
 from orchard.data.vision_rows import ImageTable
 from orchard.eval.runner import Evaluation
-from orchard.harness.browser import SYSTEM_PROMPT, TOOL_NAMES, TOOLS, BrowserHarness
+from orchard.harness.browser import (
+    MARK_TOOLS,
+    MARKS_SYSTEM_PROMPT,
+    SYSTEM_PROMPT,
+    TOOL_NAMES,
+    TOOLS,
+    BrowserHarness,
+)
 from orchard.harness.chromium import BrowserSettings
 from orchard.harness.core import DEFAULT_MAX_TURNS, Harness, Limits
 from orchard.harness.episode import EpisodeRunner, SandboxPool
@@ -55,7 +65,7 @@ from orchard.recipes.family import Context, Family, Split, Teaching
 from orchard.recipes.sft_data import build_turn_examples
 from orchard.recipes.stages import Made, SharedStages, message_texts, sft_stage, shared_stages
 from orchard.rollout.jax_engine import model_chat_format
-from orchard.tasks.gui.collect import collect, gui_splits, loop_seconds
+from orchard.tasks.gui.collect import collect, gui_splits, loop_seconds, oracle_teacher
 from orchard.tasks.gui.miniwob import (
     CATALOGUE,
     load_instances,
@@ -95,6 +105,7 @@ class GUITeacherConfig:
 @dataclass(frozen=True)
 class GUIHarnessConfig:
     elements: bool = False  # the page's element list beside the screenshot (see the module docstring)
+    marks: bool = False  # set-of-marks: the elements listed with marks, and the marks mode's tools instead
     tools: tuple[str, ...] = TOOL_NAMES  # the tools the policy is given, by name: the paper's 13, or fewer
     pool: int = 4  # browsers kept between episodes (0: a sandbox per episode, the paper's setting)
 
@@ -158,7 +169,8 @@ def harness_tools(names: Sequence[str]) -> list[dict[str, Any]]:
 def harness(ctx: Context) -> BrowserHarness:
     config: GUIConfig = ctx.settings
     return BrowserHarness(images=ctx.images, elements=config.harness.elements,
-                          context_images=max(config.rl.context_images, 0), tools=harness_tools(config.harness.tools))
+                          context_images=max(config.rl.context_images, 0), tools=harness_tools(config.harness.tools),
+                          marks=config.harness.marks)
 
 
 async def teacher_stage(ctx: Context, split: Split) -> Teaching:
@@ -166,7 +178,7 @@ async def teacher_stage(ctx: Context, split: Split) -> Teaching:
     config: GUIConfig = ctx.settings
     stage = Stage(os.path.join(ctx.workdir, "teacher"), "teacher", config.teacher,
                   {"tasks": split.made_by, "elements": str(config.harness.elements),
-                   "tools": ",".join(config.harness.tools)})
+                   "tools": ",".join(config.harness.tools), "marks": str(config.harness.marks)})
     path = os.path.join(stage.directory, "trajectories.jsonl")
     if stage.open(ctx.rerun) == "done":
         return Teaching(list(read_trajectories(path)), stage.summary(), stage.fingerprint)
@@ -174,7 +186,7 @@ async def teacher_stage(ctx: Context, split: Split) -> Teaching:
     runner = EpisodeRunner(ctx.client, harness(ctx), concurrency=teacher.concurrency,
                            limits=Limits(max_turns=teacher.max_turns), pool=ctx.pool)
     collection = await collect(runner, split.sft, samples=teacher.samples, cap_per_site=teacher.cap_per_site,
-                               run_seed=config.seed)
+                               run_seed=config.seed, teacher=functools.partial(oracle_teacher, marks=config.harness.marks))
     save_trajectories(path, collection.kept)
     summary = collection.summary()
     log.info("teacher: %s", summary)
@@ -210,6 +222,8 @@ class GUIFamily(Family):
         tasks, rl = config.tasks, config.rl
         if unknown := [page for page in tasks.pages if page not in CATALOGUE]:
             problems.append(f"tasks.pages: {unknown} are not in the MiniWoB catalogue")
+        if config.harness.marks and config.harness.elements:
+            problems.append("harness: marks lists the elements itself; set marks or elements, not both")
         if unknown := sorted(set(config.harness.tools) - set(TOOL_NAMES)):
             problems.append(f"harness.tools: {unknown} are not browser tools (one of {', '.join(TOOL_NAMES)})")
         if not tasks.pages or tasks.sft_seeds < 1 or tasks.rl_seeds < 1:
@@ -241,8 +255,9 @@ class GUIFamily(Family):
         return await teacher_stage(ctx, split)
 
     def tokenizer_texts(self, trajectories: Sequence[Trajectory]) -> list[str]:
-        # every tool's schema, whichever harness.tools gives the policy: one tokenizer for any subset
-        return [SYSTEM_PROMPT, json.dumps(TOOLS, ensure_ascii=False), *message_texts(trajectories)]
+        # every tool's schema, whichever harness.tools gives the policy: one tokenizer for any subset or mode
+        return [SYSTEM_PROMPT, MARKS_SYSTEM_PROMPT, json.dumps(TOOLS, ensure_ascii=False),
+                json.dumps(MARK_TOOLS, ensure_ascii=False), *message_texts(trajectories)]
 
     def fresh_model(self, ctx: Context, tokenizer: Tokenizer) -> Transformer:
         ids = tuple(tokenizer.token_id(token) for token in ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>"))

@@ -21,7 +21,7 @@ from orchard.recipes.stages import episodes_path, sampled_change
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.parametrize("variant", ["tiny", "elements", "smoke", "qwen3vl_4b"])
+@pytest.mark.parametrize("variant", ["tiny", "elements", "marks", "smoke", "qwen3vl_4b"])
 def test_shipped_configs_pass_the_check(variant):
     assert GUI.check_config(get_config(variant)) == []
 
@@ -35,10 +35,11 @@ def test_the_check_names_each_problem():
     config.tasks.pages = ("click-test", "no-such-page")
     config.pretrain.num_steps = 10
     config.harness.tools = ("click", "teleport", "done")
+    config.harness.update({"marks": True, "elements": True})
     problems = "\n".join(GUI.check_config(config))
     for expected in ("has no image tokens", "rows_per must be 'turn'", "rl.seq_len (1024)", "allows 9 steps",
                      "['no-such-page'] are not in the MiniWoB catalogue", "copying lessons are for a text policy",
-                     "harness.tools: ['teleport'] are not browser tools"):
+                     "harness.tools: ['teleport'] are not browser tools", "set marks or elements, not both"):
         assert expected in problems, expected
 
 

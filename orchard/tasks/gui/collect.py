@@ -44,9 +44,10 @@ class GUITask(Task, Protocol):
 TeacherFactory = Callable[[GUITask, int], Policy]  # (task, sample index)
 
 
-def oracle_teacher(task: GUITask, sample: int) -> Policy:
-    """The default teacher: the oracle, cycling clean, wander and fail over the samples."""
-    return GUIOracle(task, VARIANTS[sample % len(VARIANTS)], seed=sample)
+def oracle_teacher(task: GUITask, sample: int, marks: bool = False) -> Policy:
+    """The default teacher: the oracle, cycling clean, wander and fail over the samples (with ``marks``,
+    writing the set-of-marks mode's calls)."""
+    return GUIOracle(task, VARIANTS[sample % len(VARIANTS)], seed=sample, marks=marks)
 
 
 def shortest_successes(trajectories: Sequence[Trajectory], sites: dict[str, str],
