@@ -32,7 +32,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     if variant == "tiny":
         pass
     elif variant == "small":
-        config.tasks.update({"count_per_family": 2, "held_out_share": 0.5, "held_out_family": "", "validation_share": 0.0})
+        config.tasks.update({"count_per_family": 2, "held_out_share": 0.5, "held_out_family": "", "validation_share": 0.0,
+                             "families": ("quick_action", "inbox_triage", "notification_cleanup", "document_edit")})
         config.teacher.update({"samples": 1, "variants": ("clean",)})
         config.sft.update({"num_steps": 4, "log_every": 2, "eval_every": 4, "checkpoint_every": 4, "batch_size": 1})
         config.rl.rollout.update({"max_new_tokens": 16, "max_turns": 2})

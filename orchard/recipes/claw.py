@@ -76,7 +76,8 @@ def make_harness(name: str) -> Harness:
 @dataclass(frozen=True)
 class ClawTasksConfig:
     path: str = ""  # a directory of task specs (train/ and held_out/, as write_tasks writes); empty: generated
-    count_per_family: int = 8  # generated tasks of each of the five families
+    count_per_family: int = 8  # generated tasks of each family
+    families: tuple[str, ...] = ()  # the families generated (orchard.tasks.claw.families.FAMILIES); empty: all
     held_out_share: float = 0.2  # of each family's, from its held-out parameter combinations
     fault_rate: float = 0.1  # the rate the episodes' services inject faults at (429, 500, slow replies)
     rl_fraction: float = 0.25  # of the training tasks: RL's prompts only
@@ -130,10 +131,12 @@ def tasks_stage(config: ClawConfig, workdir: str, rerun: bool) -> Split:
         generated, tasks_made_by = read_tasks(tasks.path), fingerprint({"tasks": os.path.abspath(tasks.path)})
     else:
         generation = {"seed": config.seed, "count_per_family": tasks.count_per_family,
-                      "held_out_share": tasks.held_out_share, "fault_rate": tasks.fault_rate}
+                      "held_out_share": tasks.held_out_share, "fault_rate": tasks.fault_rate,
+                      "families": list(tasks.families or FAMILIES)}
         stage = Stage(os.path.join(workdir, "tasks"), "tasks", generation)
         if stage.open(rerun) != "done":
-            made = generate_tasks(tasks.count_per_family, config.seed, tasks.fault_rate, tasks.held_out_share)
+            made = generate_tasks(tasks.count_per_family, config.seed, tasks.fault_rate, tasks.held_out_share,
+                                  tasks.families or None)
             write_tasks(made, stage.directory)
             stage.finish({"train": len(made.train), "held_out": len(made.held_out),
                           "rejected": dict(made.rejected)})
@@ -201,9 +204,11 @@ class ClawFamily(Family):
         for name in ("held_out_share", "rl_fraction", "validation_share"):
             if not 0.0 <= getattr(tasks, name) < 1.0:
                 problems.append(f"tasks.{name} must be in [0, 1), got {getattr(tasks, name)}")
-        if tasks.held_out_family and tasks.held_out_family not in FAMILIES:
-            problems.append(f"tasks.held_out_family {tasks.held_out_family!r} is not a Claw family: "
-                            f"{', '.join(FAMILIES)}")
+        if unknown := sorted(set(tasks.families) - set(FAMILIES)):
+            problems.append(f"tasks.families: {unknown} are not Claw families: {', '.join(FAMILIES)}")
+        if tasks.held_out_family and tasks.held_out_family not in (tasks.families or FAMILIES):
+            problems.append(f"tasks.held_out_family {tasks.held_out_family!r} is not one of the generated "
+                            f"families: {', '.join(tasks.families or FAMILIES)}")
         if not 0.0 <= tasks.fault_rate <= 1.0:
             problems.append(f"tasks.fault_rate must be in [0, 1], got {tasks.fault_rate}")
         if unknown := [h for h in (*teacher.harnesses, config.harness.rl, *config.harness.eval) if h not in HARNESSES]:

@@ -28,6 +28,7 @@ import json
 import os
 import secrets
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,14 +180,19 @@ def _final(spec: ClawTaskSpec, task_id: str, fault_rate: float) -> ClawTaskSpec:
 
 
 def generate_tasks(count_per_family: int, seed: int = 0, fault_rate: float = 0.0,
-                   held_out_share: float = HELD_OUT_SHARE) -> GeneratedTasks:
-    """``count_per_family`` accepted tasks of each family, ``held_out_share`` of them held out.
+                   held_out_share: float = HELD_OUT_SHARE, families: Sequence[str] | None = None) -> GeneratedTasks:
+    """``count_per_family`` accepted tasks of each of ``families`` (default: all), ``held_out_share`` of
+    them held out.
 
     Deterministic in its arguments. ``fault_rate`` is the rate the episodes will inject faults at
     (acceptance always runs the plans without faults).
     """
+    if unknown := sorted(set(families or ()) - set(FAMILIES)):
+        raise ValueError(f"no Claw families named {unknown}: {', '.join(FAMILIES)}")
     tasks, runner = GeneratedTasks(), PlanRunner()
-    for family in FAMILIES.values():
+    for name, family in FAMILIES.items():
+        if families is not None and name not in families:
+            continue
         held = round(count_per_family * held_out_share)
         drawn = {"train": _draw(family, "train", count_per_family - held, seed, runner, tasks.rejected),
                  "held_out": _draw(family, "held_out", held, seed, runner, tasks.rejected)}

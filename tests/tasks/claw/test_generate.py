@@ -113,3 +113,10 @@ def test_rejected_draws_are_counted_and_replaced(monkeypatch):
         make=lambda params, seed: real.make(params, seed).model_copy(update={"reference_plan": NULL_PLAN}))})
     with pytest.raises(RuntimeError, match="only 0 of 4 train tasks accepted"):
         generate_tasks(5)
+
+
+def test_a_generation_can_name_its_families():
+    made = generate_tasks(2, families=("quick_action", "document_edit"))
+    assert {spec.family for spec in made.train + made.held_out} == {"quick_action", "document_edit"}
+    with pytest.raises(ValueError, match=r"no Claw families named \['mail_merge'\]"):
+        generate_tasks(2, families=("mail_merge",))
