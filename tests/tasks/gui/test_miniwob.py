@@ -27,7 +27,7 @@ from orchard.tasks.gui.miniwob import (
 from orchard.tasks.gui.oracle import GUIOracle
 from tests.conftest import require_root
 
-# The catalogue pages the oracle solves in the set-of-marks mode (34 of 43 when written: not click-collapsible,
+# The catalogue pages the oracle solved in the set-of-marks mode (34 of 43, the whole catalogue run once: not click-collapsible,
 # click-color, drag-box, enter-date, find-greatest, grid-coordinate, sign-agreement, use-autocomplete,
 # use-slider, whose targets are unlisted shapes and points, drags, or typing into the focused field).
 MARKS_PAGES = {
@@ -228,10 +228,13 @@ async def test_the_oracle_solves_every_catalogue_task_in_its_stated_actions(acli
 
 @pytest.mark.slow
 async def test_the_oracle_in_the_set_of_marks_mode_solves_the_pages_it_has_tools_for(aclient):
-    """The marks mode's tools click and type on listed elements and press keys: the pages solved by those
-    (buttons, links, tabs, checkboxes, fields) are solved through the marks; drags, sliders, scrolling
-    and typing into the focused field are not that mode's."""
+    """The marks mode's tools click and type on listed elements and press keys: pages solved by those
+    (buttons, links, tabs, checkboxes, dialogs, fields, keys) are solved through the marks, and a page that
+    needs a drag ends with ``done`` and no other call. A sample of :data:`MARKS_PAGES` (the whole catalogue
+    in this mode took about 30 s more of CI)."""
     harness, solved = BrowserHarness(marks=True), {}
+    sample = ["click-button", "click-checkboxes", "click-dialog", "click-tab-2", "enter-text", "login-user",
+              "choose-list", "copy-paste", "drag-box"]
 
     async def lane(pages: list[str]) -> None:
         async with aclient.create(memory="2Gi", pids=1024, network="none") as sb:
@@ -243,6 +246,5 @@ async def test_the_oracle_in_the_set_of_marks_mode_solves_the_pages_it_has_tools
                 assert calls <= {"click_mark", "type_mark", "press_keys", "done"}, (page, calls)
                 solved[page] = (await task.grade(sb, trajectory)).reward == 1.0
 
-    pages = sorted(CATALOGUE)
-    await asyncio.gather(*(lane(pages[start::3]) for start in range(3)))
-    assert {page for page, ok in solved.items() if ok} >= MARKS_PAGES
+    await asyncio.gather(*(lane(sample[start::3]) for start in range(3)))
+    assert {page for page, ok in solved.items() if ok} == set(sample) & MARKS_PAGES == set(sample) - {"drag-box"}
