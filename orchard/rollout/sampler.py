@@ -16,6 +16,10 @@ chunks. ``generate`` runs one chunk to the end; ``stream`` runs short chunks and
 new tokens between them. Prompt and output lengths are bucketed (four sizes per octave), so the number of
 compiled programs stays small under varied requests.
 
+With a prefix cache (:mod:`orchard.rollout.prefix_cache`), a single text prompt starts from the keys and
+values of the longest earlier prompt and completion it extends, and runs only the rest through the model
+(:func:`prefill_after_prefix`); the tokens and logprobs are those of a whole prefill, to float tolerance.
+
 Stop strings need a tokenizer, so engines apply them (:class:`~orchard.rollout.jax_engine.JaxEngine`).
 Requests that arrive at different times share decode steps in
 :class:`~orchard.rollout.batching.ContinuousBatcher`, over this sampler's model.
