@@ -56,6 +56,18 @@ def run_seeds(family: Family, config: ConfigDict, workdir: str, seeds: Sequence[
     return summary
 
 
+def summarise_seeds(family: Family, workdir: str, seeds: Sequence[int]) -> dict[str, Any]:
+    """:func:`seeds_summary` of seeds already run (each ``<workdir>/seed_<n>`` with its ``summary.json``), read
+    from their files with nothing run again, whatever code or config made them; also written to ``seeds.json``."""
+    missing = [seed for seed in seeds if not os.path.exists(os.path.join(seed_workdir(workdir, seed), "summary.json"))]
+    if missing:
+        raise FileNotFoundError(f"seeds {missing} have no finished run in {workdir} (seed_<n>/summary.json)")
+    results = {seed: RecipeResult.load(seed_workdir(workdir, seed)) for seed in seeds}
+    summary = seeds_summary(results, {seed: seed_workdir(workdir, seed) for seed in seeds}, family.measures[0])
+    write_json(os.path.join(workdir, "seeds.json"), summary)
+    return summary
+
+
 def seeds_summary(results: dict[int, RecipeResult], workdirs: dict[int, str],
                   measure: str = "resolve_rate") -> dict[str, Any]:
     """``rates``: set -> harness -> stage -> pass -> ``{"seeds": {seed: value}, "spread": ...}`` of ``measure``;
@@ -114,6 +126,29 @@ def seeds_table(summary: dict[str, Any], title: str = "") -> Table:
                                   *(f"+{change['seeds'][s]['tasks_up']:.0f} / -{change['seeds'][s]['tasks_down']:.0f}"
                                     for s in seeds))
     return table
+
+
+def seeds_markdown(summary: dict[str, Any], command: str) -> str:
+    """The summary as a Markdown table, one row per held-out set and pass: each stage's mean [min, max] over
+    the seeds, and the pooled sign test of each consecutive stage pair; ``command`` says what measured it."""
+    seeds = ", ".join(str(s) for s in summary["seeds"])
+    pairs = ("sft_vs_init", "rl_vs_sft")
+    header = ["held-out set", "harness", "pass", *(STAGE_LABELS[s] for s in STAGES),
+              *(f"{pair.replace('_', ' ')}: tasks up / down (pooled p)" for pair in pairs)]
+    lines = [f"Held-out {MEASURE_LABELS.get(summary['measure'], summary['measure'])}, mean [min, max] over seeds "
+             f"{seeds}, and each stage's paired per-task change pooled over the seeds (one-sided sign test).", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for held_out, harnesses in summary["rates"].items():
+        for harness, stages in harnesses.items():
+            for pass_ in dict.fromkeys(p for by_pass in stages.values() for p in by_pass):
+                rates = [spread_text(stages[s][pass_]["spread"]) if pass_ in stages.get(s, {}) else ""
+                         for s in STAGES]
+                changes = summary["changes"].get(held_out, {}).get(harness, {}).get(pass_, {})
+                tests = [f"+{c['tasks_up']:.0f} / -{c['tasks_down']:.0f} (p = {c['sign_test_p']:.2g})"
+                         if (c := changes.get(pair, {}).get("pooled")) else "" for pair in pairs]
+                lines.append(f"| {held_out.replace('_', ' ')} | {harness} | {pass_} | " + " | ".join(rates + tests)
+                             + " |")
+    return "\n".join([*lines, "", f"Measured by `{command}` (`seeds.json`, `orchard/recipes/seeds.py`)."])
 
 
 def plot_seeds(summary: dict[str, Any], path: str) -> str:

@@ -12,8 +12,19 @@ from ml_collections import ConfigDict
 
 from orchard.data.trajectory import Outcome, Trajectory, save_trajectories
 from orchard.recipes.runner import RecipeResult, eval_directory
-from orchard.recipes.seeds import plot_seeds, run_seeds, seed_workdir, seeds_summary, seeds_table, with_seed
+from orchard.recipes.seeds import (
+    plot_seeds,
+    run_seeds,
+    seed_workdir,
+    seeds_markdown,
+    seeds_summary,
+    seeds_table,
+    summarise_seeds,
+    with_seed,
+)
 from orchard.recipes.stages import episodes_path
+from orchard.recipes.swe import SWE
+from orchard.workdir import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -72,6 +83,17 @@ def test_the_summary_spreads_each_rate_and_pools_each_change_over_seeds(tmp_path
     assert ("combo", "bash", "after SFT", "greedy", "0.556 [0.500, 0.667]", "0.667", "0.500", "0.500") in rows
     assert ("combo", "bash", "rl vs sft", "greedy", "pooled +2 / -1, p = 0.5", "+1 / -1", "+1 / -0", "+0 / -0") in rows
     assert os.path.getsize(plot_seeds(summary, str(tmp_path / "seeds.png"))) > 0
+
+    markdown = seeds_markdown(summary, "python experiments/swe_seeds/run.py")
+    assert ("| combo | bash | greedy | 0.000 [0.000, 0.000] | 0.556 [0.500, 0.667] | 0.722 [0.500, 1.000] | "
+            "+4 / -0 (p = 0.062) | +2 / -1 (p = 0.5) |") in markdown
+
+    # Seeds already run are summarised from their files, with nothing run again.
+    for seed, result in results.items():
+        write_json(os.path.join(workdirs[seed], "summary.json"), result.to_dict())
+    assert summarise_seeds(SWE, str(tmp_path), [0, 1, 2]) == summary
+    with pytest.raises(FileNotFoundError, match=r"seeds \[3\] have no finished run"):
+        summarise_seeds(SWE, str(tmp_path), [0, 3])
 
     # A stage one seed did not evaluate is not paired for any seed.
     del results[2].held_out["combo"]["bash"]["init"]
