@@ -83,11 +83,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                     "rho_max": 0.625})
     config.rl.pass_filter = ConfigDict({"samples": 0, "low": 0.0, "high": 0.5})
     config.rl.curriculum = ConfigDict({"stages": (), "window": 5, "tolerance": 0.02})
-    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL. In process,
-    # a prefix cache of 512 MB (orchard.rollout.prefix_cache): a turn prefills only what the conversation added.
+    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL. No prefix
+    # cache in process for the tiny policy (orchard.rollout.prefix_cache; configs/swe_bar.py says why).
     config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY",
                                    "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500,
-                                   "prefix_cache_mb": 512})
+                                   "prefix_cache_mb": 0})
     # Episodes of RL and evaluation: a turn cap beside the wall clock (a departure: see orchard.recipes.claw).
     config.rl.rollout = ConfigDict({"max_new_tokens": 96, "temperature": 1.0, "max_turns": 12, "max_context": 6144,
                                     "episode_seconds": 300.0, "concurrency": 4})
@@ -99,7 +99,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     if variant == "tiny":
         pass
     elif variant == "smoke":
-        # Three families: a quick action and a workflow to train on, and the held-out family.
+        # Three families: a quick action and a workflow to train on (SFT needs a few episodes), and the held-out one.
         config.tasks.update({"count_per_family": 2, "held_out_share": 0.5, "rl_fraction": 0.0, "validation_share": 0.0,
                              "families": ("quick_action", "inbox_triage", "todo_from_mail")})
         config.teacher.update({"samples": 1, "variants": ("clean",)})

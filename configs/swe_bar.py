@@ -110,11 +110,13 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.curriculum = ConfigDict({"stages": (), "window": 5, "tolerance": 0.02})  # no step-budget curriculum
     config.rl.sampler = ConfigDict({"name": "bar", "group_size": 4, "max_budget": 8, "stride": 4,
                                     "rho_min": 0.25, "rho_max": 0.75})
-    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL. In process,
-    # a prefix cache of 512 MB (orchard.rollout.prefix_cache): a turn prefills only what the conversation added.
+    # The engine RL samples with: in-process JAX, or a server (vllm, openai) synced by disk or NCCL. No prefix
+    # cache in process (orchard.rollout.prefix_cache) for a policy this small: on the skills variant's 1.3M
+    # parameters it saved as much prefill as its programs took to compile (12 held-out tasks, greedy and sampled:
+    # 105.9 s with it, 105.5 s without); the gpu variant's SmolLM2 turns on 512 MB.
     config.rl.engine = ConfigDict({"kind": "jax", "url": "", "served_model": "", "weights_dir": "", "api_key": "EMPTY",
                                    "weight_sync": "disk", "nccl_master_address": "", "nccl_master_port": 29500,
-                                   "prefix_cache_mb": 512})
+                                   "prefix_cache_mb": 0})
     # The paper's RL prompts: pass rate under the initial policy in (low, high] over `samples` rollouts; 0: off.
     config.rl.pass_filter = ConfigDict({"samples": 0, "low": 0.0, "high": 0.5})
     # The episodes RL samples and evaluation runs: tokens per turn, turns, the context budget (rl.seq_len holds
@@ -242,4 +244,6 @@ def _one_gpu(config: ConfigDict) -> None:
     # SmolLM2's 8,192 positions hold an episode's context and one turn's tokens.
     config.rl.rollout.update({"max_new_tokens": 512, "max_turns": 30, "max_context": 8192 - 512,
                               "episode_seconds": 600.0, "concurrency": 64})
+    # A turn prefills only what the conversation added (SmolLM2-135M on 2 CPU cores: docs/benchmarks.md).
+    config.rl.engine.prefix_cache_mb = 512
     config.mesh.device = "h100"

@@ -127,7 +127,7 @@ def test_a_rerun_samples_the_same_rollouts_at_any_concurrency(orchestrator, mini
     prefix cache, which the episodes' turns fill and read interleaved, changes no token."""
     config = RLConfig(prompts_per_step=2, **STEP)
     runs = []
-    for concurrency, prefix_cache_mb in ((1, 0), (3, 0), (3, 64)):
+    for concurrency, prefix_cache_mb in ((1, 0), (3, 64)):
         policy, state, learner = tiny_learner(smollm2_tokenizer, 1, config, prefix_cache_mb)
 
         async def run(policy=policy, state=state, learner=learner, concurrency=concurrency):

@@ -13,7 +13,8 @@ trajectories vary (section 3.5 of the notes):
 - ``clean``: the reference plan;
 - ``wander``: the plan with one or two read-only calls it does not need, at seeded places;
 - ``recover``: the plan with one wrong call before a step (an id that does not exist, or a required
-  argument left out), whose error the next turn answers by making the call right.
+  argument left out), whose error the next turn answers by making the call right; a plan with no call
+  that takes an id or needs an argument (a quick action's one search) runs as it is.
 
 Every variant retries a faulted call. The generator checked the reference plan (it passes every test),
 so the variants solve the task unless the environment gets in the way; collection keeps only the

@@ -38,6 +38,9 @@ def test_variants_add_only_read_only_or_rejected_calls(spec):
     assert 1 <= len(wander) - len(plan) <= 2 and wander[-1] == plan[-1]
     assert all(tool_by_name(step.tool).method == "GET" for step in extra)
     recover = teacher_script(spec, "recover", 3)
+    if not any("id" in step.arguments or tool_by_name(step.tool).parameters["required"] for step in plan[:-1]):
+        assert recover == plan  # a quick action's one search takes no id and needs no argument: nothing to get wrong
+        return
     assert len(recover) == len(plan) + 1
     wrong = next(i for i, step in enumerate(recover) if i >= len(plan) or step != plan[i])
     assert recover[wrong].tool == recover[wrong + 1].tool  # the wrong call, then the right one

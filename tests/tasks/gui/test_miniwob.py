@@ -233,8 +233,7 @@ async def test_the_oracle_in_the_set_of_marks_mode_solves_the_pages_it_has_tools
     needs a drag ends with ``done`` and no other call. A sample of :data:`MARKS_PAGES` (the whole catalogue
     in this mode took about 30 s more of CI)."""
     harness, solved = BrowserHarness(marks=True), {}
-    sample = ["click-button", "click-checkboxes", "click-dialog", "click-tab-2", "enter-text", "login-user",
-              "choose-list", "copy-paste", "drag-box"]
+    sample = ["click-checkboxes", "click-dialog", "login-user", "choose-list", "copy-paste", "drag-box"]
 
     async def lane(pages: list[str]) -> None:
         async with aclient.create(memory="2Gi", pids=1024, network="none") as sb:
