@@ -95,9 +95,11 @@ async def third_party_runner(settings: Any, cross: Any, model_dir: str, records:
                              temperature: float) -> AsyncIterator[ExternalRunner]:
     """An :class:`ExternalRunner` of ``harness`` over the policy in ``model_dir``, which ``orchard
     serve`` and the recording proxy serve from this process while the block runs. ``settings`` is a
-    recipe's typed config (its ``chat_format``, ``model.dtype`` and ``rl.rollout.max_new_tokens`` are
-    used), ``cross`` its cross-harness block (``third_party_concurrency`` and ``third_party_wall_clock_s``)."""
-    server = ModelServer(model_dir, name="policy", chat_format=settings.chat_format, dtype=settings.model.dtype)
+    recipe's typed config (its ``chat_format``, ``model.dtype``, ``rl.rollout.max_new_tokens`` and
+    ``rl.engine.prefix_cache_mb`` are used), ``cross`` its cross-harness block (``third_party_concurrency`` and
+    ``third_party_wall_clock_s``)."""
+    server = ModelServer(model_dir, name="policy", chat_format=settings.chat_format, dtype=settings.model.dtype,
+                         prefix_cache_mb=settings.rl.engine.prefix_cache_mb)
     try:
         with serve_app(create_app(server)) as model_url, \
                 serve_app(create_proxy_app(RecordingProxy(ProxyConfig(model_url, records, model="policy")))) as url:
