@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,7 +145,8 @@ class BrowserHarness:
     name: str = "browser"
     tools: list[dict[str, Any]] | None = field(default_factory=lambda: [dict(tool) for tool in TOOLS])
     marks: bool = False
-    _marked: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict, repr=False)  # sandbox -> marks
+    # each sandbox's latest marks, dropped with the sandbox
+    _marked: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, repr=False)
 
     def __post_init__(self) -> None:
         if self.marks:  # the mode's own tools, prompt and name (its trajectories are not the paper mode's)
@@ -172,21 +174,19 @@ class BrowserHarness:
             return Observation(Message(role="tool", content="Done.", tool_call_id=call.id),
                                submission=str(call.arguments["response"]))
         browser = browser_of(sandbox)
-        arguments = dict(call.arguments)
-        if self.marks and call.name in ("click_mark", "type_mark"):
-            element = self._marked.get(sandbox.id, {}).get(arguments.pop("mark"))
+        action, arguments = call.name, dict(call.arguments)
+        if action in ("click_mark", "type_mark"):  # the marks mode's: the element's centre, as the paper's tools
+            element = self._marked.get(sandbox, {}).get(arguments["mark"])
             if element is None:
-                return Observation(Message(role="tool", content=STALE_MARK.format(mark=call.arguments["mark"]),
+                return Observation(Message(role="tool", content=STALE_MARK.format(mark=arguments["mark"]),
                                            tool_call_id=call.id), then=[await self.page_message(sandbox, "")])
-            if call.name == "click_mark":
-                call, arguments = ToolCall(id=call.id, name="click", arguments={}), {"x": element["x"], "y": element["y"]}
-            else:
-                call = ToolCall(id=call.id, name="write", arguments={})
-                arguments = {"text": arguments["text"], "x": element["x"], "y": element["y"], "clear": True}
-        if call.name == "wait":
+            centre = {"x": element["x"], "y": element["y"]}
+            action, arguments = (("click", centre) if action == "click_mark"
+                                 else ("write", {"text": arguments["text"], **centre, "clear": True}))
+        if action == "wait":
             arguments["seconds"] = max(0.0, min(float(arguments.get("seconds", 1.0)), MAX_WAIT_S))
         try:
-            result = await browser.call(call.name, **arguments)
+            result = await browser.call(action, **arguments)
         except ActionFailed as exc:
             result = f"ERROR: {exc}"
         answer = Message(role="tool", content=str(result), tool_call_id=call.id)
@@ -209,15 +209,13 @@ class BrowserHarness:
                   for tab in tabs]
         if self.marks:
             found = await browser.call("elements")
-            self._marked[sandbox.id] = dict(enumerate(found, 1))
+            self._marked[sandbox] = dict(enumerate(found, 1))
             lines.append("Elements:")
-            lines += [f"[{mark}] {e['tag']}{'#' + e['id'] if e['id'] else ''} {json.dumps(e['text'])}"
-                      for mark, e in enumerate(found, 1)]
+            lines += [f"[{mark}] {_element_label(e)}" for mark, e in enumerate(found, 1)]
         elif self.elements:
             found = await browser.call("elements")
             lines.append("Elements (tag, text, centre x,y):")
-            lines += [f"- {e['tag']}{'#' + e['id'] if e['id'] else ''} {json.dumps(e['text'])} at "
-                      f"{e['x']},{e['y']}" for e in found]
+            lines += [f"- {_element_label(e)} at {e['x']},{e['y']}" for e in found]
         return Message(role="user", content="\n".join(lines), images=[image])
 
     def reject(self, turn: Turn, error: FormatError) -> list[Message]:
@@ -227,6 +225,11 @@ class BrowserHarness:
                   **options: Any) -> Trajectory:
         """:func:`~orchard.harness.core.run_agent` with this harness (options: task_id, seed, metadata)."""
         return await run_agent(self, policy, sandbox, task, limits=limits, **options)
+
+
+def _element_label(element: dict[str, Any]) -> str:
+    """How an observation names a listed element: its tag, its id and its text."""
+    return f"{element['tag']}{'#' + element['id'] if element['id'] else ''} {json.dumps(element['text'])}"
 
 
 def screenshots(trajectory: Trajectory, store: ImageStore | str | os.PathLike, last: int | None = None) -> list[bytes]:

@@ -59,9 +59,9 @@ from orchard.recipes.stages import (
     tokenizer_stage,
     trained_policy,
 )
-from orchard.rollout.jax_engine import JaxEngine, model_chat_format
+from orchard.rollout.jax_engine import model_chat_format
 from orchard.train.metrics import read_metrics
-from orchard.train.rl import make_policy, train_rl
+from orchard.train.rl import in_process_engine, make_policy, train_rl
 from orchard.workdir import Stage, made_by, read_json, write_json
 
 Metrics = dict[str, Any]
@@ -173,9 +173,8 @@ async def evaluation_stage(family: Family, ctx: Context, root: str, split: Split
         if model is None or tokenizer is None or harness is None:
             raise ValueError(f"evaluating in {harness_name} needs the policy's model, its tokenizer and the harness")
         chat_format = model_chat_format(settings.chat_format, tokenizer, model)
-        engine = JaxEngine(model, tokenizer, prefix_cache_bytes=settings.rl.engine.prefix_cache_mb << 20)
-        policy = make_policy(settings.rl, engine, chat_format, temperature=temperature,
-                             **family.policy_options(ctx))
+        policy = make_policy(settings.rl, in_process_engine(settings.rl.engine, model, tokenizer), chat_format,
+                             temperature=temperature, **family.policy_options(ctx))
         runner = settings.rl.rollout.runner(ctx.client, harness, policy, setups=ctx.setups, pool=ctx.pool)
         evaluation = await evaluate_policy(runner, tasks, samples, seed=settings.seed, name=label)
     result = {**evaluation.metrics(), **family.eval_metrics(ctx, split, held_out, evaluation)}

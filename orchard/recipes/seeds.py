@@ -50,10 +50,9 @@ def run_seeds(family: Family, config: ConfigDict, workdir: str, seeds: Sequence[
     main job reuses its finished stages), then :func:`seeds_summary`, also written to ``seeds.json``."""
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"a seeds study needs distinct seeds, got {list(seeds)}")
-    results = {seed: run(family, with_seed(config, seed), seed_workdir(workdir, seed), rerun=rerun) for seed in seeds}
-    summary = seeds_summary(results, {seed: seed_workdir(workdir, seed) for seed in seeds}, family.measures[0])
-    write_json(os.path.join(workdir, "seeds.json"), summary)
-    return summary
+    for seed in seeds:
+        run(family, with_seed(config, seed), seed_workdir(workdir, seed), rerun=rerun)  # writes its summary.json
+    return summarise_seeds(family, workdir, seeds)
 
 
 def summarise_seeds(family: Family, workdir: str, seeds: Sequence[int]) -> dict[str, Any]:

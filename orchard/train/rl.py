@@ -438,10 +438,16 @@ async def rl_prompts(config: PassFilterConfig, workdir: str, workers: RolloutWor
     return kept
 
 
+def in_process_engine(config: EngineConfig, model: Any, tokenizer: Tokenizer) -> JaxEngine:
+    """The in-process engine over ``model`` with ``config``'s prefix cache (RL's ``jax`` engine, and
+    evaluation's whatever the kind)."""
+    return JaxEngine(model, tokenizer, prefix_cache_bytes=config.prefix_cache_mb << 20)
+
+
 def make_engine(config: EngineConfig, model: Any, tokenizer: Tokenizer) -> RolloutEngine:
     """The rollout engine ``config`` names (see :class:`EngineConfig`)."""
     if config.kind == "jax":
-        return JaxEngine(model, tokenizer, prefix_cache_bytes=config.prefix_cache_mb << 20)
+        return in_process_engine(config, model, tokenizer)
     if config.kind in ("vllm", "openai"):
         replicas = [url.strip() for url in config.url.split(",") if url.strip()]
         return OpenAIEngine(replicas, config.served_model, api_key=config.api_key, weight_sync=make_weight_sync(config))

@@ -83,8 +83,9 @@ class GUIOracle:
             if action is None:
                 action = {"tool": "done", "args": {"response": ""}}
             thought = f"The task: {self.task.prompt} Next I {_describe(action)}."
-        if self.marks:
-            action = mark_action(action, await browser.call("elements")) or {"tool": "done", "args": {"response": ""}}
+        if self.marks:  # the page's elements only where the action points at one
+            elements = await browser.call("elements") if action["tool"] in ("click", "write") else []
+            action = mark_action(action, elements) or {"tool": "done", "args": {"response": ""}}
         call = ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=action["tool"], arguments=dict(action["args"]))
         return Turn(Message(role="assistant", content="", reasoning=thought, tool_calls=[call]))
 
