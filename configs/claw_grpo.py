@@ -75,7 +75,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # Stage 4: GRPO, 4 prompts x groups of 4 (the paper's 8 x 8 scaled down), binary reward, no KL, clip 0.2 / 0.28.
     config.rl = ConfigDict({"num_steps": 4, "checkpoint_every": 2, "prompts_per_step": 4, "updates_per_batch": 1,
                             "eps_low": 0.2, "eps_high": 0.28, "kl_coef": 0.0, "seq_len": 6208, "rows": 16, "micro_rows": 2,
-                            "rows_per": "trajectory", "rollout_budget": 0, "eval_every": 0})
+                            "rows_per": "trajectory", "rollout_budget": 0, "eval_every": 0,
+                            "max_staleness": 0})
     config.rl.optim = ConfigDict({"peak_lr": 5e-4, "final_lr": 5e-4, "warmup_steps": 1, "weight_decay": 0.0,
                                   "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
     # Fixed groups (BAR's fields unused); no pass-rate filter, no step-budget curriculum.

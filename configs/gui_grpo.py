@@ -83,7 +83,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl = ConfigDict({"num_steps": 8, "checkpoint_every": 4, "prompts_per_step": 4, "updates_per_batch": 1,
                             "eps_low": 0.2, "eps_high": 0.28, "kl_coef": 0.0, "seq_len": 2688, "rows": 64, "micro_rows": 4,
                             "rows_per": "turn", "context_images": 1, "images_per_row": 1, "eval_every": 4,
-                            "rollout_budget": 0})
+                            "rollout_budget": 0, "max_staleness": 0})
     config.rl.optim = ConfigDict({"peak_lr": 3e-4, "final_lr": 3e-4, "warmup_steps": 1, "weight_decay": 0.0,
                                   "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
     # Fixed groups (BAR's fields unused); no pass-rate filter.

@@ -5,11 +5,13 @@ Commands to run (each study alone; they share the workdir's tasks, teacher data 
   python experiments/swe_ablations/run.py --config.studies=credit   # credit-assignment SFT
   python experiments/swe_ablations/run.py --config.studies=scale    # SFT data scale against selection
   python experiments/swe_ablations/run.py --config.studies=rl       # BAR vs fixed-N vs dynamic; light vs heavy init
+  python experiments/swe_ablations/run.py --config.studies=async --markdown docs/benchmarks.md  # async vs sync RL
 
 The main job's config (configs/swe_bar.py:tiny) for tasks, teacher, tokenizer, model, SFT and RL, plus one
 block a study: ``credit`` (its arms, seeds, passes and the LLM judge's few trajectories), ``scale`` (fractions,
-selectors, seeds) and ``rl_study`` (samplers, seeds, the SFT steps of the initialisations, the held-out curve's
-interval); ``rl.rollout_budget`` is the RL study's equal budget of rollouts generated per run.
+selectors, seeds), ``rl_study`` (samplers, seeds, the SFT steps of the initialisations, the held-out curve's
+interval) and ``async_study`` (the staleness bounds, seeds and RL steps); ``rl.rollout_budget`` is the RL
+study's equal budget of rollouts generated per run (the async study compares equal numbers of updates).
 
 Variants:
   tiny   the main job's scale (docs/benchmarks.md has what it measured and what it cost).
@@ -40,6 +42,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl.rollout_budget = 200
     config.rl_study = ConfigDict({"samplers": ("bar", "fixed", "dynamic"), "seeds": (0, 1, 2), "init_steps": (250, 700),
                                   "max_steps": 100, "eval_every": 2})
+    # Asynchronous RL at each staleness bound, from the main job's SFT policy, for the main job's 14 updates.
+    config.async_study = ConfigDict({"bounds": (0, 1, 2), "seeds": (0, 1, 2), "num_steps": 14})
     config.eval.samples = 4  # sampled held-out episodes a task, for every arm of every seed
     if variant == "tiny":
         pass
@@ -57,6 +61,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
         config.scale.update({"fractions": (0.5, 1.0), "selectors": ("random", "diverse"), "seeds": (0,)})
         config.rl_study.update({"samplers": ("bar", "fixed"), "seeds": (0,), "init_steps": (2, 4), "max_steps": 4,
                                 "eval_every": 2})
+        config.async_study.update({"bounds": (0, 1), "seeds": (0,), "num_steps": 2})
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny or small")
     return config

@@ -104,7 +104,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # Stage 4: BAR RL, 14 steps of 8 prompts (about 40 rollouts an update) at a constant 5e-4.
     config.rl = ConfigDict({"num_steps": 14, "checkpoint_every": 2, "prompts_per_step": 8, "updates_per_batch": 1,
                             "eps_low": 0.2, "eps_high": 0.28, "kl_coef": 0.0, "seq_len": 1600, "rows": 32,
-                            "micro_rows": 8, "rows_per": "trajectory", "rollout_budget": 0, "eval_every": 0})
+                            "micro_rows": 8, "rows_per": "trajectory", "rollout_budget": 0, "eval_every": 0,
+                            "max_staleness": 0})
     config.rl.optim = ConfigDict({"peak_lr": 5e-4, "final_lr": 5e-4, "warmup_steps": 1, "weight_decay": 0.0,
                                   "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
     config.rl.curriculum = ConfigDict({"stages": (), "window": 5, "tolerance": 0.02})  # no step-budget curriculum

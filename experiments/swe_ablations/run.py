@@ -4,8 +4,9 @@ and BAR against fixed-N GRPO and dynamic filtering at an equal rollout budget (o
     python experiments/swe_ablations/run.py --config.studies=credit    # = --config=configs/swe_ablations.py:tiny
     python experiments/swe_ablations/run.py --config.studies=scale
     python experiments/swe_ablations/run.py --config.studies=rl
+    python experiments/swe_ablations/run.py --config.studies=async --markdown docs/benchmarks.md
 
-Writes ``credit.json``, ``scale.json`` and ``rl.json`` and their plots into the workdir (``runs/swe_ablations``),
+Writes ``credit.json``, ``scale.json``, ``rl.json`` and ``async.json`` and their plots into the workdir (``runs/swe_ablations``),
 which ``notebooks/credit_assignment_sft.ipynb``, ``notebooks/sft_scale_vs_selection.ipynb`` and
 ``notebooks/bar_vs_fixed_n.ipynb`` load; what they measured is in docs/benchmarks.md.
 """
@@ -14,13 +15,17 @@ from __future__ import annotations
 
 import os
 
-from absl import app
+from absl import app, flags
 
+from benchmarks.cli import command
 from orchard.recipes.ablation_report import (
+    async_markdown,
+    async_table,
     check_config,
     credit_table,
     init_table,
     plot_arms,
+    plot_async,
     plot_rl,
     plot_scale,
     rl_table,
@@ -28,10 +33,12 @@ from orchard.recipes.ablation_report import (
 )
 from orchard.recipes.cli import define_recipe_flags, recipe_main
 from orchard.recipes.swe_ablations import run
+from orchard.results import write_markdown_section
 
 CONFIG = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs",
                                        "swe_ablations.py"))
 define_recipe_flags(CONFIG, "tiny", "runs/swe_ablations")
+flags.DEFINE_string("markdown", "", "also write the async study's section of this page (docs/benchmarks.md)")
 
 
 def finish(summaries: dict, workdir: str) -> None:
@@ -46,6 +53,11 @@ def finish(summaries: dict, workdir: str) -> None:
         print(rl_table(summaries["rl"]))
         print(init_table(summaries["rl"]))
         print(plot_rl(summaries["rl"], os.path.join(workdir, "rl.png")))
+    if "async" in summaries:
+        print(async_table(summaries["async"]))
+        print(plot_async(summaries["async"], os.path.join(workdir, "async.png")))
+        if flags.FLAGS.markdown:
+            write_markdown_section(flags.FLAGS.markdown, "async_rl", async_markdown(summaries["async"], command(__file__)))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,14 @@ from ml_collections import ConfigDict
 
 from orchard.config import ConfigError, from_config
 from orchard.recipes.swe import SWE
-from orchard.recipes.swe_ablations import STUDIES, CreditConfig, RLStudyConfig, ScaleConfig, unresolved_arm
+from orchard.recipes.swe_ablations import (
+    STUDIES,
+    AsyncStudyConfig,
+    CreditConfig,
+    RLStudyConfig,
+    ScaleConfig,
+    unresolved_arm,
+)
 
 JUDGE_DTYPES = ("float32", "bfloat16", "float16")  # what the served judge may compute in
 PASS_LABELS = {"greedy": "greedy", "sampled": "sampled (avg@k)", "pass_at_k": "pass@k"}
@@ -22,7 +29,8 @@ def check_config(config: ConfigDict) -> list[str]:
     unknown = sorted(set(config.get("studies", ())) - set(STUDIES))
     if unknown:
         problems.append(f"studies: unknown {unknown}, of {sorted(STUDIES)}")
-    for block, typed in (("credit", CreditConfig), ("scale", ScaleConfig), ("rl_study", RLStudyConfig)):
+    for block, typed in (("credit", CreditConfig), ("scale", ScaleConfig), ("rl_study", RLStudyConfig),
+                         ("async_study", AsyncStudyConfig)):
         try:
             settings = from_config(typed, config[block].to_dict(), block)
         except (ConfigError, KeyError) as exc:
@@ -193,6 +201,61 @@ def plot_rl(summary: dict[str, Any], path: str) -> str:
     economy.set_xticks([i + width * (len(summary["samplers"]) - 1) / 2 for i in range(len(names))],
                        [label for _, label in names], fontsize=8)
     economy.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def async_table(summary: dict[str, Any]) -> str:
+    """Each staleness bound: wall time per update and rollouts a minute (mean [min, max] over seeds), the
+    speed-up over the synchronous loop, what the updates trained on, and the held-out rates after RL with
+    the paired per-task change against the synchronous runs."""
+    header = ["max_staleness", "wall s / update", "speed-up", "rollouts / min", "learner wait s", "update s",
+              "mean staleness", "partial rollouts", "stale dropped", "greedy after RL", "sampled after RL",
+              "sampled vs synchronous: up / down, p"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for bound, entry in summary["bounds"].items():
+        spread = entry["spread"]
+        change = entry.get("change_from_synchronous", {}).get("sampled")
+        versus = "" if bound == "0" or change is None else (
+            f"{change['tasks_up']:.0f} / {change['tasks_down']:.0f}, {change['sign_test_p']:.2f}")
+        lines.append("| " + " | ".join([
+            bound, spread_text(spread["wall_per_update_s"], 1), f"{entry.get('speedup', 1.0):.2f}x",
+            spread_text(spread["rollouts_per_minute"], 1), spread_text(spread["wait_s"], 1),
+            spread_text(spread["learn_s"], 1), spread_text(spread["staleness_mean"], 2),
+            spread_text(spread["partial_rollouts"], 0), spread_text(spread["stale_dropped"], 0),
+            spread_text(spread["greedy"]), spread_text(spread["sampled"]), versus]) + " |")
+    return "\n".join(lines)
+
+
+def async_markdown(summary: dict[str, Any], command: str) -> str:
+    """The async study's section of docs/benchmarks.md."""
+    return (f"Asynchronous RL (`rl.max_staleness`) against the synchronous loop on the SWE main job: BAR from its SFT "
+            f"policy for {summary['num_steps']} updates, seeds {', '.join(map(str, summary['seeds']))} (mean [min, max] "
+            f"over seeds); the SFT policy's held-out rates are greedy {summary['sft']['greedy']:.3f}, sampled "
+            f"{summary['sft']['sampled']:.3f}. Wall time per update is the loop's whole step: the learner's wait "
+            f"for the step's rollouts plus its update.\n\n{async_table(summary)}\n\n`{command}`")
+
+
+def plot_async(summary: dict[str, Any], path: str) -> str:
+    """Left: training reward against rollouts spent, per bound and seed. Right: wall seconds per update per
+    bound (mean over seeds, min-max whiskers)."""
+    plt = _pyplot()
+    fig, (curves, walls) = plt.subplots(1, 2, figsize=(11, 4))
+    bounds = list(summary["bounds"])
+    for k, bound in enumerate(bounds):
+        for i, run in enumerate(summary["bounds"][bound]["seeds"].values()):
+            xs, ys = zip(*run["reward_curve"], strict=True)
+            curves.plot(xs, ys, color=f"C{k}", alpha=0.7, label=f"max_staleness {bound}" if i == 0 else None)
+    curves.set_xlabel("rollouts generated")
+    curves.set_ylabel("training reward (chosen groups)")
+    curves.legend(fontsize=8)
+    spreads = [summary["bounds"][b]["spread"]["wall_per_update_s"] for b in bounds]
+    walls.bar(bounds, [s["mean"] for s in spreads], yerr=_error_bars(spreads), capsize=3,
+              color=[f"C{k}" for k in range(len(bounds))])
+    walls.set_xlabel("max_staleness")
+    walls.set_ylabel("wall seconds per update")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -13,6 +13,9 @@ trajectories, tokenizer) in one workdir, and each trains and evaluates arms of i
   ``orchard serve`` on a few teacher trajectories, to show that path works and how it agrees.
 * :func:`run_scale_vs_selection`: SFT on ``fractions`` of the teacher data under each of
   ``selectors`` (:mod:`orchard.data.selection`; ``diverse`` is across the helpers the bugs are in).
+* :func:`run_async_study`: asynchronous RL (``rl.max_staleness`` 1 and 2) against the synchronous loop, from
+  the main job's SFT policy at an equal number of updates: wall time per update, rollouts a minute, the
+  training curves and the final held-out rates, each bound's runs paired with the synchronous ones.
 * :func:`run_rl_study`: from one SFT policy, BAR, fixed-N GRPO and dynamic filtering **at an equal
   budget of rollouts generated** (``rl.rollout_budget``), with greedy held-out success logged
   against rollouts spent; and BAR from a lighter and a heavier SFT initialisation (``init_steps``)
@@ -32,8 +35,9 @@ The workdir::
                                         the data, seed 0, 700 steps), so studies share the arms they have in common
     sft/<arm>/rl_<sampler>_s<seed>/     an RL run from that arm (metrics.jsonl: rollouts_total, held-out success)
     sft/<arm>/eval/rl_<sampler>_s<seed>_<pass>/  its final policy's evaluation
+    sft/<arm>/rl_async<bound>_s<seed>/  an asynchronous RL run (the async study), evaluated the same way
     judge/                              the LLM judge's cached answers
-    credit.json, scale.json, rl.json    each study's summary
+    credit.json, scale.json, rl.json, async.json   each study's summary
 
 Departures, at this scale: the teacher is the oracle teacher, the policy a tiny model trained from
 scratch (so SFT teaches the whole skill, not only its credit assignment), and evaluation is on the
@@ -46,6 +50,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import statistics
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -107,6 +112,13 @@ class RLStudyConfig:
     init_steps: tuple[int, ...] = (250, 700)
     max_steps: int = 100  # RL's step cap; the rollout budget (rl.rollout_budget) ends each run first
     eval_every: int = 2  # greedy held-out success every this many RL steps, for the curve against rollouts
+
+
+@dataclass(frozen=True)
+class AsyncStudyConfig:
+    bounds: tuple[int, ...] = (0, 1, 2)  # rl.max_staleness of each arm (0: the synchronous loop)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    num_steps: int = 14  # RL steps of every run (the main job's): equal updates, whatever rollouts they spend
 
 
 @dataclass
@@ -404,11 +416,84 @@ async def run_rl_study(config: ConfigDict, workdir: str, *, rerun: bool = False)
     return summary
 
 
-STUDIES = {"credit": run_credit_assignment, "scale": run_scale_vs_selection, "rl": run_rl_study}
+def async_run_summary(rl_dir: str, result: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """One RL run's speed and learning, from its metrics: wall seconds per update (the learner's wait for
+    rollouts plus its update, the loop's whole step), rollouts a minute, the staleness of what it trained
+    on, and the training reward and resolve rate against rollouts spent; and its final evaluation."""
+    metrics = [m for _, m in sorted(read_metrics(rl_dir).items())]
+    walls = [m["wait_s"] + m["learn_s"] for m in metrics]
+    spent = metrics[-1]["rollouts_total"] if metrics else 0.0
+    return {"steps": len(metrics), "rollouts": spent, "wall_s": sum(walls),
+            "wall_per_update_s": statistics.fmean(walls) if walls else 0.0,
+            "rollouts_per_minute": 60 * spent / max(sum(walls), 1e-9),
+            "learn_s": statistics.fmean(m["learn_s"] for m in metrics) if metrics else 0.0,
+            "wait_s": statistics.fmean(m["wait_s"] for m in metrics) if metrics else 0.0,
+            "staleness_mean": statistics.fmean(m["staleness_mean"] for m in metrics) if metrics else 0.0,
+            "partial_rollouts": sum(m["partial_rollouts"] for m in metrics),
+            "stale_dropped": sum(m["stale_dropped"] for m in metrics),
+            "reward_curve": [(m["rollouts_total"], m["reward"]) for m in metrics],
+            "resolve_curve": [(m["rollouts_total"], m["resolve_rate"]) for m in metrics],
+            "eval": result}
+
+
+ASYNC_MEASURES = ("wall_per_update_s", "rollouts_per_minute", "learn_s", "wait_s", "staleness_mean",
+                  "partial_rollouts", "stale_dropped", "rollouts")
+
+
+async def run_async_study(config: ConfigDict, workdir: str, *, rerun: bool = False) -> dict[str, Any]:
+    """Asynchronous RL against the synchronous loop (:mod:`orchard.train.pipeline`): from the main job's SFT
+    policy, BAR at each ``rl.max_staleness`` of ``async_study.bounds`` for the same number of updates under
+    each seed; each run's wall time per update, rollouts a minute and training curves, its final held-out
+    rates, and each bound's paired per-task change against the synchronous runs. Writes and returns
+    ``async.json``."""
+    study = from_config(AsyncStudyConfig, config.async_study.to_dict(), "async_study")
+    passes = ("greedy", "sampled")
+    async with shared_stages(config, workdir, rerun) as shared:
+        base = shared.settings
+        init = await sft_arm(shared, workdir, base.seed, passes)
+        init_dir = init["dir"]
+        summary: dict[str, Any] = {"num_steps": study.num_steps, "seeds": list(study.seeds),
+                                   "sft": {p: init["eval"][p]["resolve_rate"] for p in passes}, "bounds": {}}
+        for bound in study.bounds:
+            per_seed = {}
+            for seed in study.seeds:
+                name = f"async{bound}_s{seed}"
+                rl = replace(base.rl, seed=seed, num_steps=study.num_steps, rollout_budget=0, eval_every=0,
+                             max_staleness=bound)
+                rl_dir = os.path.join(init_dir, f"rl_{name}")
+                log.info("RL at max_staleness %d, seed %d, %d steps", bound, seed, rl.num_steps)
+                await train_rl(rl, rl_dir, shared.ctx.client, shared.split.rl, BashHarness(), policy=init["model"],
+                               tokenizer=shared.ready.tokenizer_made.directory,
+                               inputs={"policy": init["made_by"], "tasks": shared.made_by["tasks"]}, rerun=rerun,
+                               setups=shared.ctx.setups)
+                model = trained_policy(base, os.path.join(rl_dir, "model"))
+                result = {pass_: await shared.evaluate(init_dir, f"rl_{name}", pass_, model, made_by(rl_dir))
+                          for pass_ in passes}
+                per_seed[seed] = async_run_summary(rl_dir, result)
+            dirs = {p: [eval_dir(init_dir, f"rl_async{bound}_s{s}", p) for s in study.seeds] for p in passes}
+            summary["bounds"][str(bound)] = {
+                "seeds": {str(s): r for s, r in per_seed.items()},
+                "spread": {m: seed_spread([r[m] for r in per_seed.values()]) for m in ASYNC_MEASURES}
+                | {p: seed_spread([r["eval"][p]["resolve_rate"] for r in per_seed.values()]) for p in passes},
+                "change_from_sft": {p: paired([eval_dir(init_dir, "sft", p)], dirs[p]) for p in passes},
+                "dirs": dirs}
+        synchronous = summary["bounds"].get("0")
+        for entry in summary["bounds"].values():
+            if synchronous is not None:
+                entry["speedup"] = (synchronous["spread"]["wall_per_update_s"]["mean"]
+                                    / max(entry["spread"]["wall_per_update_s"]["mean"], 1e-9))
+                entry["change_from_synchronous"] = {p: paired(synchronous["dirs"][p], entry["dirs"][p])
+                                                    for p in passes}
+    write_json(os.path.join(workdir, "async.json"), summary)
+    return summary
+
+
+STUDIES = {"credit": run_credit_assignment, "scale": run_scale_vs_selection, "rl": run_rl_study,
+           "async": run_async_study}
 
 
 def run(config: ConfigDict, workdir: str, *, rerun: bool = False) -> dict[str, Any]:
-    """Every study ``config.studies`` names (``credit``, ``scale``, ``rl``), from synchronous code."""
+    """Every study ``config.studies`` names (``credit``, ``scale``, ``rl``, ``async``), from synchronous code."""
     unknown = set(config.studies) - set(STUDIES)
     if unknown:
         raise ValueError(f"unknown studies {sorted(unknown)}: of {sorted(STUDIES)}")

@@ -17,7 +17,9 @@ when the engine has a continuous batcher: the batcher's rows carry no rotary del
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -130,7 +132,11 @@ class JaxEngine:
         self.sampler = Sampler(model, prefix_cache_bytes)
         self.tokenizer = tokenizer
         self.weight_version = 0
+        # Without the batcher (which orders its own updates), generate and update_weights take turns: an
+        # asynchronous RL learner syncs from its thread while episodes sample, and a completion (and the
+        # prefix cache) must be of one version of the weights.
         self.batcher = ContinuousBatcher(self.sampler, max_batch_rows, chunk_steps) if max_batch_rows else None
+        self._serving = threading.Lock() if self.batcher is None else contextlib.nullcontext()
 
     @classmethod
     def from_pretrained(cls, path: str, mesh: Mesh | None = None, tokenizer: Tokenizer | None = None,
@@ -141,9 +147,10 @@ class JaxEngine:
                  images: PromptImages | None = None) -> list[Completion]:
         """One completion per prompt; ``images`` (per prompt, uint8 ``[H, W, 3]`` arrays in the order of
         the prompt's image placeholders) for a vision-language model."""
-        version = self.weight_version
-        completions = collect(self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens, images=images),
-                              len(prompts))
+        with self._serving:
+            version = self.weight_version
+            completions = collect(self.stream(prompts, sampling, chunk_tokens=sampling.max_tokens, images=images),
+                                  len(prompts))
         return [c if c.weight_version is not None else dataclasses.replace(c, weight_version=version)
                 for c in completions]
 
@@ -195,12 +202,14 @@ class JaxEngine:
 
     def update_weights(self, weights: Weights) -> None:
         """Serve ``weights.params`` from the next call on (same architecture; see ``Sampler.update``).
-        With the batcher, this waits for the requests in flight to finish."""
-        if self.batcher is not None:
-            self.batcher.update(weights.params, weights.version)
-        else:
-            self.sampler.update(weights.params)
-        self.weight_version = weights.version
+        With the batcher, this waits for the requests in flight to finish; without it, for the
+        :meth:`generate` call in flight."""
+        with self._serving:
+            if self.batcher is not None:
+                self.batcher.update(weights.params, weights.version)
+            else:
+                self.sampler.update(weights.params)
+            self.weight_version = weights.version
 
     def close(self) -> None:
         """Stop the batcher's thread (requests still waiting get an error)."""

@@ -75,6 +75,7 @@ from orchard.train.curriculum import CurriculumConfig
 from orchard.train.grpo import group_advantages, make_policy_loss, make_reference_logprobs
 from orchard.train.images import attach_images
 from orchard.train.metrics import MetricsWriter, read_metrics
+from orchard.train.pipeline import RolloutPipeline, drop_stale
 from orchard.train.rollouts import RowsPer, pack_rollouts, policy_rows
 from orchard.train.state import (
     OptimConfig,
@@ -148,6 +149,9 @@ class RLConfig:
     # Greedy success on held-out tasks every this many steps (0: never), for curves against step; the
     # policies RL starts from and ends with are its caller's to evaluate, so the last step is skipped.
     eval_every: int = 0
+    # Asynchronous RL (orchard.train.pipeline): the rollouts of up to this many later steps are generated while
+    # the learner updates, each at most this many weight syncs behind; 0 is the synchronous loop.
+    max_staleness: int = 0
     chat_format: str = "qwen3"
     # How the policy is computed (orchard.models.build.ModelSpec's fields; the recipes copy the config's model's).
     dtype: str = "float32"
@@ -318,8 +322,11 @@ class Learner:
 
     def sync(self, state: TrainState) -> None:
         """Serve ``state``'s parameters; the weight version is the number of updates. In a learner over
-        several processes the controller syncs, and the others take part in its export's gathers."""
-        weights = ModelWeights(self.graphdef, state.params, version=int(state.step))
+        several processes the controller syncs, and the others take part in its export's gathers. With
+        ``max_staleness`` the engine gets a copy: it samples while the next train step donates the state's."""
+        copied = self.config.max_staleness and is_controller()
+        params = jax.tree.map(jnp.copy, state.params) if copied else state.params
+        weights = ModelWeights(self.graphdef, params, version=int(state.step))
         if is_controller():
             self.engine.update_weights(weights)
         else:
@@ -366,34 +373,62 @@ def budget_spent(config: RLConfig, rollouts: int) -> bool:
     return bool(config.rollout_budget) and rollouts >= config.rollout_budget
 
 
-async def rl_step(step: int, state: TrainState, learner: Learner, workers: RolloutWorkers, sampler: GroupSampler,
-                  tasks: Sequence[Task], spent: int = 0) -> tuple[TrainState, StepResult]:
-    """Rollouts, the update and the weight sync of step ``step``, ``spent`` rollouts into the run; returns
-    the new state and its metrics (``rollouts``: this step's, dropped ones included; ``rollouts_total``:
-    the run's so far). The step is the run's last at ``num_steps`` or when the rollout budget is spent."""
-    config = learner.config
+@dataclass
+class Collected:
+    """A step's rollouts: its groups (the sampler's, dropped ones included), every rollout generated, and
+    the seconds from their launch to the last of them."""
+
+    groups: list[GroupResult]
+    generated: list[ScoredRollout]
+    rollout_s: float
+
+
+async def collect_step(step: int, workers: RolloutWorkers, sampler: GroupSampler, tasks: Sequence[Task],
+                       config: RLConfig) -> Collected:
+    """Step ``step``'s groups: its draw of ``config.prompts_per_step`` tasks (and spares), sampled."""
     chosen, spares = draw_tasks(tasks, config.prompts_per_step, config.seed, step)
     started, generated = time.perf_counter(), []
     groups = await gather_groups(workers, sampler, chosen, step, spares, generated)
-    rollout_s = time.perf_counter() - started
+    return Collected(groups, generated, time.perf_counter() - started)
+
+
+def learn_step(step: int, state: TrainState, learner: Learner, collected: Collected, spent: int = 0,
+               wait_s: float | None = None) -> tuple[TrainState, StepResult]:
+    """The update and the weight sync of step ``step`` on its collected rollouts, ``spent`` rollouts into the
+    run; returns the new state and the step's metrics (``rollouts``: this step's, dropped ones included;
+    ``rollouts_total``: the run's so far; ``wait_s``: how long the learner waited for the rollouts, their
+    whole ``rollout_s`` when synchronous). Groups older than ``max_staleness`` syncs are dropped
+    (:func:`~orchard.train.pipeline.drop_stale`). The step is the run's last at ``num_steps`` or when the
+    rollout budget is spent."""
+    config, groups = learner.config, collected.groups
     metrics = group_metrics(groups)
     rollouts = sum(g.spent for g in groups)
+    fresh, ages = drop_stale(groups, int(state.step), config.updates_per_batch, config.max_staleness)
+    wait_s = collected.rollout_s if wait_s is None else wait_s
     # tampered: this step's rollouts whose grader found the policy manipulating it (the early warning)
     metrics.update({"rollouts": float(rollouts), "rollouts_total": float(spent + rollouts),
-                    "tampered": float(sum(r.trajectory.tampered for r in generated))})
+                    "tampered": float(sum(r.trajectory.tampered for r in collected.generated)),
+                    "rollout_s": collected.rollout_s, "wait_s": wait_s, **ages})
     final = step + 1 >= config.num_steps or budget_spent(config, spent + rollouts)
     started = time.perf_counter()
-    state, update = learner.update(state, [g for g in groups if g.group], final)
+    state, update = learner.update(state, [g for g in fresh if g.group], final)
     learn_s = time.perf_counter() - started
     if update is None:  # e.g. dynamic filtering dropped every prompt: no update, the same weights
         log.warning("step %d: every group was dropped; no update", step)
-        metrics.update({"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "trained_tokens": 0.0, "rollout_s": rollout_s,
-                        "learn_s": 0.0, "tokens_per_s": 0.0, **dict.fromkeys(DIAGNOSTICS, 0.0)})
+        metrics.update({"loss": 0.0, "grad_norm": 0.0, "lr": 0.0, "trained_tokens": 0.0, "learn_s": 0.0,
+                        "tokens_per_s": 0.0, **dict.fromkeys(DIAGNOSTICS, 0.0)})
         return state, StepResult(groups, metrics, final)
     metrics.update(update)
-    metrics.update({"rollout_s": rollout_s, "learn_s": learn_s,
-                    "tokens_per_s": update["trained_tokens"] / max(rollout_s + learn_s, 1e-9)})
+    metrics.update({"learn_s": learn_s, "tokens_per_s": update["trained_tokens"] / max(wait_s + learn_s, 1e-9)})
     return state, StepResult(groups, metrics, final)
+
+
+async def rl_step(step: int, state: TrainState, learner: Learner, workers: RolloutWorkers, sampler: GroupSampler,
+                  tasks: Sequence[Task], spent: int = 0) -> tuple[TrainState, StepResult]:
+    """Rollouts, the update and the weight sync of step ``step``, synchronously (:func:`collect_step`, then
+    :func:`learn_step`)."""
+    collected = await collect_step(step, workers, sampler, tasks, learner.config)
+    return learn_step(step, state, learner, collected, spent)
 
 
 async def filter_by_pass_rate(workers: RolloutWorkers, tasks: Sequence[Task], samples: int, low: float,
@@ -571,12 +606,23 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
             sampler = make_sampler(config.sampler)
             tasks = await rl_prompts(config.pass_filter, workdir, workers, tasks)
             curriculum_states = read_json(curriculum_path) if os.path.exists(curriculum_path) else {}
+            # Each step's rollouts, launched up to max_staleness steps ahead (orchard.train.pipeline); an
+            # asynchronous run updates in a thread, so that the event loop keeps driving the later steps' episodes.
+            pipeline = await stack.enter_async_context(RolloutPipeline(
+                lambda step: collect_step(step, workers, sampler, tasks, config), config.max_staleness,
+                config.num_steps))
+
+            async def learn(*args: Any) -> tuple[TrainState, StepResult]:
+                return await asyncio.to_thread(learn_step, *args) if config.max_staleness else learn_step(*args)
+
             with MetricsWriter(workdir) as metrics, tqdm(total=config.num_steps, initial=first, desc="rl",
                                                          unit="step") as bar:
                 for step in range(first, config.num_steps):
-                    if curriculum is not None:
+                    if curriculum is not None:  # the limits of the episodes launched from here on
                         runner.limits = curriculum.limits(config.rollout.limits)
-                    state, result = await rl_step(step, state, learner, workers, sampler, tasks, spent)
+                    started = time.perf_counter()
+                    collected = await pipeline.take(step)
+                    state, result = await learn(step, state, learner, collected, spent, time.perf_counter() - started)
                     last = result.metrics
                     spent = int(last["rollouts_total"])
                     if curriculum is not None:
@@ -593,7 +639,9 @@ async def train_rl(config: RLConfig, workdir: str, client: AsyncSandboxClient, t
                     checkpointer.save(step + 1, state, force=result.final)
                     bar.set_postfix(reward=f"{last['reward']:.2f}", informative=f"{last['informative_groups']:.2f}",
                                     clip=f"{last['clip_fraction']:.3f}", kl_start=f"{last['kl_to_start']:.4f}",
-                                    entropy=f"{last['sampled_token_entropy']:.2f}", rollouts=spent, refresh=False)
+                                    entropy=f"{last['sampled_token_entropy']:.2f}", rollouts=spent,
+                                    **({"stale": f"{last['staleness_mean']:.2f}"} if config.max_staleness else {}),
+                                    refresh=False)
                     bar.update()
                     if result.final:
                         break

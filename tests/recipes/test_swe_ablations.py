@@ -10,8 +10,22 @@ import os
 import pytest
 
 from configs.swe_ablations import get_config
-from orchard.recipes.ablation_report import check_config, credit_table, rl_table, scale_table, spread_text
-from orchard.recipes.swe_ablations import arm_directory, arm_summary, rl_run_summary, unresolved_arm
+from orchard.recipes.ablation_report import (
+    async_table,
+    check_config,
+    credit_table,
+    rl_table,
+    scale_table,
+    spread_text,
+)
+from orchard.recipes.swe_ablations import (
+    ASYNC_MEASURES,
+    arm_directory,
+    arm_summary,
+    async_run_summary,
+    rl_run_summary,
+    unresolved_arm,
+)
 
 
 def test_arm_names_say_what_unresolved_runs_teach_and_what_is_matched():
@@ -43,12 +57,14 @@ def test_the_config_check_names_what_is_wrong():
     config.rl.rollout_budget = 0
     config.scale.fraction = (0.5,)  # a misspelt field
     config.credit.judge_dtype = "float33"
+    config.async_study.bound = (1,)  # a misspelt field
     problems = "\n".join(check_config(config))
     assert "unknown ['sweep']" in problems
     assert "credit.arms: unknown credit-assignment arm 'partial'" in problems
     assert "rl.rollout_budget" in problems
     assert "scale: unknown field(s) fraction" in problems
     assert "credit.judge_dtype: 'float33' is not one of float32, bfloat16, float16" in problems
+    assert "async_study: unknown field(s) bound" in problems
 
 
 def _rl_run(tmp_path) -> str:
@@ -99,3 +115,27 @@ def test_the_tables_carry_every_seeds_spread():
     assert rl_table({"samplers": {"bar": sampler}}).splitlines()[-1].startswith("| bar | 1.00 [1.00, 1.00] |")
     header, _, row = rl_table({"samplers": {"bar": sampler}}).splitlines()
     assert "informative groups per 100 rollouts" in header and header.count("|") == row.count("|")
+
+
+def test_an_async_runs_summary_times_each_update_and_keeps_its_curves(tmp_path):
+    rl_dir = str(tmp_path / "rl")
+    os.makedirs(rl_dir)
+    steps = [{"step": 1, "rollouts_total": 30, "reward": -0.5, "resolve_rate": 0.2, "wait_s": 20.0, "learn_s": 4.0,
+              "staleness_mean": 0.0, "partial_rollouts": 0, "stale_dropped": 0},
+             {"step": 2, "rollouts_total": 60, "reward": 0.0, "resolve_rate": 0.4, "wait_s": 8.0, "learn_s": 4.0,
+              "staleness_mean": 0.5, "partial_rollouts": 3, "stale_dropped": 0}]
+    with open(os.path.join(rl_dir, "metrics.jsonl"), "w") as handle:
+        handle.writelines(json.dumps(s) + "\n" for s in steps)
+    final = {"greedy": {"resolve_rate": 0.3}, "sampled": {"resolve_rate": 0.2}}
+    summary = async_run_summary(rl_dir, final)
+    assert (summary["steps"], summary["rollouts"], summary["wall_s"]) == (2, 60, 36.0)
+    assert summary["wall_per_update_s"] == 18.0 and summary["rollouts_per_minute"] == 100.0  # 60 in 36 s
+    assert summary["staleness_mean"] == 0.25 and summary["partial_rollouts"] == 3
+    assert summary["reward_curve"] == [(30, -0.5), (60, 0.0)] and summary["resolve_curve"][-1] == (60, 0.4)
+    spread = {"mean": 1.0, "min": 1.0, "max": 1.0, "n": 3.0}
+    entry = {"spread": dict.fromkeys((*ASYNC_MEASURES, "greedy", "sampled"), spread), "speedup": 1.25,
+             "change_from_synchronous": {"sampled": {"tasks_up": 2.0, "tasks_down": 1.0, "sign_test_p": 0.5}}}
+    header, _, synchronous, asynchronous = async_table({"bounds": {"0": entry, "1": entry}}).splitlines()
+    assert header.count("|") == synchronous.count("|") == asynchronous.count("|")
+    assert asynchronous.startswith("| 1 | 1.0 [1.0, 1.0] | 1.25x |") and asynchronous.endswith("| 2 / 1, 0.50 |")
+    assert synchronous.endswith("|  |")  # the synchronous runs are the baseline, not compared with themselves

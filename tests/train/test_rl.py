@@ -241,9 +241,10 @@ def test_train_rl_resumes_a_killed_run_and_refuses_a_changed_config(orchestrator
     policy_dir = str(tmp_path / "policy")
     save_pretrained(Transformer(ModelConfig.tiny(49152, num_layers=1, **TINY), rngs=nnx.Rngs(0)), policy_dir)
     smollm2_tokenizer.save_pretrained(policy_dir)
-    # at most 4 steps, but a budget of 4 rollouts (2 a step) ends it at step 2, counted across the kill
+    # at most 4 steps, but a budget of 4 rollouts (2 a step) ends it at step 2, counted across the kill; asynchronous:
+    # a step's update runs while the next step's rollouts do (the last run's step 3, launched, is cancelled)
     config = from_config(RLConfig, {"num_steps": 4, "rollout_budget": 4, "checkpoint_every": 1,
-                                    "prompts_per_step": 1, **STEP,
+                                    "prompts_per_step": 1, **STEP, "max_staleness": 1,
                                     "updates_per_batch": 2, "chat_format": "smollm2",
                                     "sampler": {"name": "fixed", "group_size": 2},
                                     "rollout": {"max_new_tokens": 16, "max_turns": 2, "max_context": 1200}})
@@ -279,7 +280,9 @@ def test_train_rl_resumes_a_killed_run_and_refuses_a_changed_config(orchestrator
         assert sorted(metrics) == [1, 2] and len(handle.readlines()) == 2  # step 1 ran once
     assert all(metrics[s]["rollouts_per_group"] == 2 and metrics[s]["reward"] == -1.0 for s in metrics)
     assert [metrics[s]["rollouts_total"] for s in (1, 2)] == [2, 4]  # the resumed run counted step 1's rollouts
-    assert {"informative_groups", "fallback_relaxed", "rollout_s", "learn_s", "rollouts_dropped"} <= set(metrics[2])
+    assert {"informative_groups", "fallback_relaxed", "rollout_s", "wait_s", "learn_s", "rollouts_dropped"} <= set(
+        metrics[2])
+    assert all(metrics[s]["stale_dropped"] == 0 and metrics[s]["staleness_max"] <= 1 for s in metrics)
     # every reward -1: no advantage moves the policy, which stays at its start (before and after the resume)
     assert all(abs(metrics[s]["kl_to_start"]) < 1e-6 and 0 <= metrics[s]["clip_fraction"] <= 1 for s in metrics)
     assert all(metrics[s]["sampled_token_entropy"] > 0 and metrics[s]["kl_to_behaviour"] >= 0 for s in metrics)
@@ -370,6 +373,30 @@ def test_an_rl_step_logs_how_far_the_policy_moved_from_the_behaviour_and_the_sta
     assert second.metrics["kl_to_start"] > 1e-6  # the first update moved the policy away from its start
     for a, b in zip(jax.tree.leaves(learner.start_params), kept, strict=True):  # alive and unchanged
         np.testing.assert_array_equal(np.asarray(a), b)
+
+
+def test_an_asynchronous_learner_serves_weights_that_outlive_its_next_donated_step():
+    """With max_staleness the engine samples while the learner's next train step runs, and that step donates
+    the state's arrays: the engine must serve a copy (served directly, its arrays are deleted by the step)."""
+    from orchard.models.sharding import MeshConfig
+    from orchard.rollout.jax_engine import JaxEngine
+    from orchard.train.rollouts import pack_rollouts
+
+    model = Transformer(ModelConfig.tiny(256, num_layers=1, **TINY), rngs=nnx.Rngs(0))
+    engine = JaxEngine(model)
+    optimizer, schedule = make_optimizer(OptimConfig(1e-3, 1e-4, 1), 10)
+    mesh = MeshConfig().make()
+    graphdef, state = init_state(model, optimizer, mesh)
+    train_step = make_train_step(graphdef, optimizer, schedule, loss_fn=make_policy_loss())
+    learner = Learner(graphdef, lambda grid: train_step, mesh, engine, None, RLConfig(max_staleness=1))
+    packed = pack_rollouts([{"token_ids": list(range(1, 12)), "loss_mask": [0] * 5 + [1] * 6,
+                             "old_logprobs": [-5.5] * 11, "advantages": [1.0] * 11}], 16, 2, 2)
+    learner.sync(state)
+    greedy = SamplingParams(max_tokens=4, temperature=0.0)
+    before = engine.generate([[1, 2, 3]], greedy)
+    state, _ = train_step(state, {k: v.reshape(-1, 2, *v.shape[1:]) for k, v in packed.items()})
+    assert engine.generate([[1, 2, 3]], greedy)[0].token_ids == before[0].token_ids  # the synced weights, alive
+    assert engine.weight_version == 0 and int(state.step) == 1
 
 
 def test_a_group_samples_fresh_indices_for_every_stride():
