@@ -19,6 +19,10 @@ turn) for the update of the shared train step with the clipped policy loss
 Every episode's seed is :func:`~orchard.seeds.episode_seed` of (run seed, step, task id,
 sample index): a rerun samples the same rollouts whatever order they finish in.
 
+With ``max_staleness`` K > 0 the loop is asynchronous (:mod:`orchard.train.pipeline`): the rollouts of the
+next K steps are generated while the learner updates on this one's, at most K weight syncs behind, and an
+episode in flight across a sync continues under the new weights.
+
 Before the first step, ``pass_filter`` can keep only the tasks whose pass rate under the initial
 policy lies in a window (:func:`filter_by_pass_rate`), as the paper's RL set does.
 

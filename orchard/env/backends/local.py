@@ -157,7 +157,11 @@ class LocalBackend:
         """The allow-listed /etc every sandbox on the host's root gets (:mod:`~orchard.env.backends.etc`), on a
         tmpfs of this process's own under the state dir (about 1 MiB), mounted on first use and unmounted by
         :meth:`close`; None, with a warning, where a tmpfs cannot be mounted. Only root backends start sandboxes
-        this way (``sandbox_init.sh`` binds :meth:`_rootless_etc` instead)."""
+        this way (``sandbox_init.sh`` binds :meth:`_rootless_etc` instead). A layer unmounted from outside this
+        process (a host's clean-up) is mounted again: an overlay over its empty directory fails to mount."""
+        if self.etc_layer is not None and not os.path.ismount(self.etc_layer):
+            log.warning("the sandboxes' /etc layer %s was unmounted from outside; mounting it again", self.etc_layer)
+            self.etc_layer = None
         if self.etc_layer is not None or self._etc_failed:
             return self.etc_layer
         reap_etc_layers(self.state_dir)  # those of orchestrators on this state dir killed before their close

@@ -169,6 +169,25 @@ def test_each_orchestrator_mounts_its_own_etc_and_a_killed_one_s_is_reaped(tmp_p
         assert state_dir not in mounts.read()
 
 
+def test_a_layer_unmounted_from_outside_is_mounted_again_for_the_next_sandbox(tmp_path):
+    """A host's clean-up that unmounts a running orchestrator's layer (as ``umount -l`` of every etc-layer once
+    did to a three-hour run) must not fail every sandbox after it: the next one mounts the layer again."""
+    require_root()
+    state_dir = str(tmp_path / "state")
+    server = local_server(state_dir=state_dir)
+    try:
+        with server.client() as client:
+            with client.create(heartbeat=False) as sandbox:
+                assert sandbox.exec("cat /etc/hostname").stdout == "sandbox\n"
+            layer = etc_layer_path(state_dir, server.process.pid)
+            subprocess.run(["umount", "-l", layer], check=True)
+            with client.create(heartbeat=False) as sandbox:
+                assert sandbox.exec("cat /etc/hostname").stdout == "sandbox\n"
+            assert os.path.ismount(layer)
+    finally:
+        server.stop()
+
+
 def test_another_sandbox_s_workspace_is_out_of_reach(client, sandbox):
     with client.create(memory="256Mi") as other:
         other.write_file("/workspace/secret.txt", "the other sandbox's answer\n")
