@@ -5,7 +5,9 @@
 function of the run seed, the evaluation's name, the task and the sample index), with a progress
 bar, and returns an :class:`Evaluation`: the trials of every task and the episodes behind them.
 An episode that broke outside the policy (its sandbox or grader failed) counts as not resolved, as
-SWE-bench counts an error, and is reported apart (``episodes_failed``).
+SWE-bench counts an error, and is reported apart (``episodes_failed``). When every episode broke so, the
+environment was down and the run measured nothing: :func:`require_environment` raises
+:class:`EnvironmentDown` rather than let a stage record zeros (evaluation, and each RL step's rollouts).
 
 :class:`RolloutConfig` is how episodes are sampled, shared by RL's rollouts and evaluation so the
 two see the same policy: per-turn sampling and the harness limits.
@@ -91,9 +93,24 @@ class Evaluation:
         return task_rates(self.trials)
 
 
+class EnvironmentDown(RuntimeError):
+    """Every episode of a batch broke outside the policy: what ran says nothing of it."""
+
+
+def require_environment(trajectories: Sequence[Trajectory], what: str) -> None:
+    """Raise :class:`EnvironmentDown` when every one of ``trajectories`` (one or more) broke outside the
+    policy (its sandbox, set-up, engine or grader failed), naming ``what`` ran and the first error."""
+    broken = [t for t in trajectories if t.end_reason is EndReason.SANDBOX_ERROR]
+    if trajectories and len(broken) == len(trajectories):
+        raise EnvironmentDown(f"{what}: all {len(trajectories)} episodes broke outside the policy (the first: "
+                              f"{broken[0].metadata.get('error', 'no error recorded')}); nothing was recorded, "
+                              "and a rerun resumes here")
+
+
 async def evaluate_policy(runner: EpisodeRunner, tasks: Sequence[Task], samples: int = 1, *, seed: int = 0,
                           name: str = "eval", progress: bool = True) -> Evaluation:
-    """``samples`` graded episodes of every task (see the module docstring)."""
+    """``samples`` graded episodes of every task (see the module docstring); :class:`EnvironmentDown` when
+    every one of them broke outside the policy."""
     if samples < 1:
         raise ValueError(f"samples must be at least 1, got {samples}")
     jobs = [(task, sample) for task in tasks for sample in range(samples)]
@@ -105,4 +122,5 @@ async def evaluate_policy(runner: EpisodeRunner, tasks: Sequence[Task], samples:
             return trajectory
 
         trajectories = await asyncio.gather(*(one(task, sample) for task, sample in jobs))
+    require_environment(trajectories, name)
     return Evaluation.of(trajectories)

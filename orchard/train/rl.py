@@ -59,7 +59,7 @@ from orchard.data.trajectory import Trajectory
 from orchard.data.vision_rows import IMAGE_FEATURES, ImageTable
 from orchard.distributed import broadcast, global_batch, is_controller, is_multiprocess, lead
 from orchard.env.client import AsyncSandboxClient
-from orchard.eval.runner import RolloutConfig, evaluate_policy
+from orchard.eval.runner import RolloutConfig, evaluate_policy, require_environment
 from orchard.harness.core import Harness, Policy
 from orchard.harness.episode import EpisodeRunner, SandboxPool, SetupCache
 from orchard.harness.policies import EnginePolicy
@@ -389,10 +389,13 @@ class Collected:
 
 async def collect_step(step: int, workers: RolloutWorkers, sampler: GroupSampler, tasks: Sequence[Task],
                        config: RLConfig) -> Collected:
-    """Step ``step``'s groups: its draw of ``config.prompts_per_step`` tasks (and spares), sampled."""
+    """Step ``step``'s groups: its draw of ``config.prompts_per_step`` tasks (and spares), sampled;
+    :class:`~orchard.eval.runner.EnvironmentDown` when every rollout broke outside the policy (the run
+    stops at its last checkpoint instead of stepping on without data)."""
     chosen, spares = draw_tasks(tasks, config.prompts_per_step, config.seed, step)
     started, generated = time.perf_counter(), []
     groups = await gather_groups(workers, sampler, chosen, step, spares, generated)
+    require_environment([r.trajectory for r in generated], f"rl step {step}")
     return Collected(groups, generated, time.perf_counter() - started)
 
 

@@ -60,3 +60,33 @@ def test_an_evaluation_summarises_its_trials():
     assert metrics["k"] == 3.0 and metrics["resolve_rate"] == 4 / 6 and metrics["avg_at_k"] == (1 / 3 + 1) / 2
     assert metrics["pass_at_k"] == 1.0 and metrics["pass_hat_k"] == 0.5
     assert evaluation.task_rates() == {"a": 1 / 3, "b": 1.0}
+
+
+def test_an_evaluation_whose_every_episode_broke_outside_the_policy_raises_instead_of_scoring_zero():
+    """A sandbox backend that went down mid-study once let a stage record 0 for every held-out set; a broken
+    episode among good ones still counts as a failure, as SWE-bench counts an error."""
+    import pytest
+
+    from orchard.data.trajectory import EndReason, Outcome, Trajectory
+    from orchard.eval.runner import EnvironmentDown
+
+    class Runner:
+        def __init__(self, broken: set[str]) -> None:
+            self.broken = broken
+
+        async def run_one(self, task, seed, metadata):
+            if task.id in self.broken:
+                return Trajectory(task_id=task.id, messages=[], outcome=Outcome(reward=None, status="aborted"),
+                                  metadata={**metadata, "end_reason": EndReason.SANDBOX_ERROR,
+                                            "error": "BackendUnavailable: overlay: too many levels of symbolic links"})
+            return Trajectory(task_id=task.id, messages=[], outcome=Outcome(resolved=True), metadata=metadata)
+
+    class Task:
+        def __init__(self, id: str) -> None:
+            self.id = id
+
+    tasks = [Task("a"), Task("b")]
+    with pytest.raises(EnvironmentDown, match=r"held-out: all 4 episodes broke .*too many levels of symbolic links"):
+        asyncio.run(evaluate_policy(Runner({"a", "b"}), tasks, samples=2, name="held-out", progress=False))
+    metrics = asyncio.run(evaluate_policy(Runner({"a"}), tasks, samples=2, progress=False)).metrics()
+    assert metrics["episodes_failed"] == 2.0 and metrics["resolve_rate"] == 0.5

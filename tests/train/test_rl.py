@@ -317,6 +317,29 @@ def test_dynamic_filtering_replaces_a_dropped_prompt_with_a_spare():
     assert (metrics["groups_chosen"], metrics["informative_chosen"], metrics["positive_fraction"]) == (1.0, 1.0, 0.5)
 
 
+def test_a_step_whose_every_rollout_broke_outside_the_policy_stops_the_run():
+    """No update on nothing, step after step: the run stops at its last checkpoint with the first error."""
+    from orchard.data.trajectory import EndReason
+    from orchard.eval.runner import EnvironmentDown
+    from orchard.train.rl import collect_step
+
+    class Workers:
+        def __init__(self, broken: int) -> None:
+            self.broken = broken
+
+        async def rollouts(self, task, step, first, count):
+            rollouts = _fake_rollouts([None] * count, task.id)
+            for rollout in rollouts[:self.broken]:
+                rollout.trajectory.metadata.update(end_reason=EndReason.SANDBOX_ERROR, error="BackendUnavailable: down")
+            return rollouts
+
+    tasks, config = [SimpleNamespace(id="a"), SimpleNamespace(id="b")], RLConfig(prompts_per_step=2)
+    with pytest.raises(EnvironmentDown, match="rl step 3: all 4 episodes broke .*BackendUnavailable: down"):
+        asyncio.run(collect_step(3, Workers(broken=2), FixedGroup(2), tasks, config))
+    collected = asyncio.run(collect_step(3, Workers(broken=1), FixedGroup(2), tasks, config))  # one of each pair
+    assert len(collected.generated) == 4 and all(not g.group for g in collected.groups)  # dropped, not raised
+
+
 def test_an_rl_step_logs_how_far_the_policy_moved_from_the_behaviour_and_the_start_policy():
     """The step's diagnostics: the KL to the start policy is 0 while the parameters are the start
     policy's, and grows once an update moved them; the start parameters outlive the donated state."""
