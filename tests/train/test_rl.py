@@ -334,7 +334,7 @@ def test_a_step_whose_every_rollout_broke_outside_the_policy_stops_the_run():
             return rollouts
 
     tasks, config = [SimpleNamespace(id="a"), SimpleNamespace(id="b")], RLConfig(prompts_per_step=2)
-    with pytest.raises(EnvironmentDown, match="rl step 3: all 4 episodes broke .*BackendUnavailable: down"):
+    with pytest.raises(EnvironmentDown, match=r"rl step 3: all 4 episodes broke .*BackendUnavailable: down"):
         asyncio.run(collect_step(3, Workers(broken=2), FixedGroup(2), tasks, config))
     collected = asyncio.run(collect_step(3, Workers(broken=1), FixedGroup(2), tasks, config))  # one of each pair
     assert len(collected.generated) == 4 and all(not g.group for g in collected.groups)  # dropped, not raised
