@@ -211,13 +211,14 @@ def async_table(summary: dict[str, Any]) -> str:
     """Each staleness bound: wall time per update and rollouts a minute (mean [min, max] over seeds), the
     speed-up over the synchronous loop, what the updates trained on, and the held-out rates after RL with
     the paired per-task change against the synchronous runs."""
+    passes = summary.get("passes", ["greedy", "sampled"])
     header = ["max_staleness", "wall s / update", "speed-up", "rollouts / min", "learner wait s", "update s",
-              "mean staleness", "partial rollouts", "stale dropped", "greedy after RL", "sampled after RL",
-              "sampled vs synchronous: up / down, p"]
+              "mean staleness", "partial rollouts", "stale dropped", *(f"{p} after RL" for p in passes),
+              f"{passes[-1]} vs synchronous: up / down, p"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for bound, entry in summary["bounds"].items():
         spread = entry["spread"]
-        change = entry.get("change_from_synchronous", {}).get("sampled")
+        change = entry.get("change_from_synchronous", {}).get(passes[-1])
         versus = "" if bound == "0" or change is None else (
             f"{change['tasks_up']:.0f} / {change['tasks_down']:.0f}, {change['sign_test_p']:.2f}")
         lines.append("| " + " | ".join([
@@ -225,7 +226,7 @@ def async_table(summary: dict[str, Any]) -> str:
             spread_text(spread["rollouts_per_minute"], 1), spread_text(spread["wait_s"], 1),
             spread_text(spread["learn_s"], 1), spread_text(spread["staleness_mean"], 2),
             spread_text(spread["partial_rollouts"], 0), spread_text(spread["stale_dropped"], 0),
-            spread_text(spread["greedy"]), spread_text(spread["sampled"]), versus]) + " |")
+            *(spread_text(spread[p]) for p in passes), versus]) + " |")
     return "\n".join(lines)
 
 
@@ -233,8 +234,8 @@ def async_markdown(summary: dict[str, Any], command: str) -> str:
     """The async study's section of docs/benchmarks.md."""
     return (f"Asynchronous RL (`rl.max_staleness`) against the synchronous loop on the SWE main job: BAR from its SFT "
             f"policy for {summary['num_steps']} updates, seeds {', '.join(map(str, summary['seeds']))} (mean [min, max] "
-            f"over seeds); the SFT policy's held-out rates are greedy {summary['sft']['greedy']:.3f}, sampled "
-            f"{summary['sft']['sampled']:.3f}. Wall time per update is the loop's whole step: the learner's wait "
+            f"over seeds); the SFT policy's held-out rates: "
+            f"{', '.join(f'{p} {rate:.3f}' for p, rate in summary['sft'].items())}. Wall time per update is the loop's whole step: the learner's wait "
             f"for the step's rollouts plus its update.\n\n{async_table(summary)}\n\n`{command}`")
 
 

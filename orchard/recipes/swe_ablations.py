@@ -119,6 +119,7 @@ class AsyncStudyConfig:
     bounds: tuple[int, ...] = (0, 1, 2)  # rl.max_staleness of each arm (0: the synchronous loop)
     seeds: tuple[int, ...] = (0, 1, 2)
     num_steps: int = 14  # RL steps of every run (the main job's): equal updates, whatever rollouts they spend
+    passes: tuple[str, ...] = ("greedy", "sampled")  # each run's final held-out evaluations
 
 
 @dataclass
@@ -447,12 +448,12 @@ async def run_async_study(config: ConfigDict, workdir: str, *, rerun: bool = Fal
     rates, and each bound's paired per-task change against the synchronous runs. Writes and returns
     ``async.json``."""
     study = from_config(AsyncStudyConfig, config.async_study.to_dict(), "async_study")
-    passes = ("greedy", "sampled")
+    passes = study.passes
     async with shared_stages(config, workdir, rerun) as shared:
         base = shared.settings
         init = await sft_arm(shared, workdir, base.seed, passes)
         init_dir = init["dir"]
-        summary: dict[str, Any] = {"num_steps": study.num_steps, "seeds": list(study.seeds),
+        summary: dict[str, Any] = {"num_steps": study.num_steps, "seeds": list(study.seeds), "passes": list(passes),
                                    "sft": {p: init["eval"][p]["resolve_rate"] for p in passes}, "bounds": {}}
         for bound in study.bounds:
             per_seed = {}
