@@ -43,7 +43,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     config.rl_study = ConfigDict({"samplers": ("bar", "fixed", "dynamic"), "seeds": (0, 1, 2), "init_steps": (250, 700),
                                   "max_steps": 100, "eval_every": 2})
     # Asynchronous RL at each staleness bound, from the main job's SFT policy, for the main job's 14 updates.
-    config.async_study = ConfigDict({"bounds": (0, 1, 2), "seeds": (0, 1, 2), "num_steps": 14})
+    config.async_study = ConfigDict({"bounds": (0, 1, 2), "seeds": (0, 1, 2), "num_steps": 14,
+                                     "passes": ("greedy", "sampled")})
     config.eval.samples = 4  # sampled held-out episodes a task, for every arm of every seed
     if variant == "tiny":
         pass
