@@ -101,7 +101,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                       "selection_seed": 0, "synthetic_tasks": 0, "renamings": 0,
                                       "copy_lessons": 0})
 
-    # Stage 4: BAR RL, 14 steps of 8 prompts (about 40 rollouts an update) at a constant 5e-4.
+    # Stage 4: BAR RL, 14 steps of 8 prompts (about 40 rollouts an update) at a constant 5e-4. Synchronous
+    # (max_staleness 0): on 2 cores, asynchronous RL ran 1.05x faster an update at staleness 1 and 2 (the learner's
+    # update took 7.5 s beside the rollouts against 3.4 s alone) with held-out rates within the seeds' spread
+    # (docs/benchmarks.md, async_rl); not enough to trade the on-policy loop for.
     config.rl = ConfigDict({"num_steps": 14, "checkpoint_every": 2, "prompts_per_step": 8, "updates_per_batch": 1,
                             "eps_low": 0.2, "eps_high": 0.28, "kl_coef": 0.0, "seq_len": 1600, "rows": 32,
                             "micro_rows": 8, "rows_per": "trajectory", "rollout_budget": 0, "eval_every": 0,
