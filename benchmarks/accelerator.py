@@ -29,7 +29,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -280,8 +280,7 @@ def greedy_parity(ours: list[list[int]], theirs: list[list[int]]) -> dict[str, f
 def moe(size: Size, out: str) -> dict[str, Any]:
     from benchmarks.moe import MoeBenchConfig, run_benchmark
 
-    cfg = MoeBenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in size.moe.items()})
-    return run_benchmark(replace(cfg, repeats=2))
+    return run_benchmark(MoeBenchConfig(**size.moe))
 
 
 def attention(size: Size, out: str) -> dict[str, Any]:

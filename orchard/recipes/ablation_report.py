@@ -232,11 +232,13 @@ def async_table(summary: dict[str, Any]) -> str:
 
 def async_markdown(summary: dict[str, Any], command: str) -> str:
     """The async study's section of docs/benchmarks.md."""
-    return (f"Asynchronous RL (`rl.max_staleness`) against the synchronous loop on the SWE main job: BAR from its SFT "
-            f"policy for {summary['num_steps']} updates, seeds {', '.join(map(str, summary['seeds']))} (mean [min, max] "
-            f"over seeds); the SFT policy's held-out rates: "
-            f"{', '.join(f'{p} {rate:.3f}' for p, rate in summary['sft'].items())}. Wall time per update is the loop's whole step: the learner's wait "
-            f"for the step's rollouts plus its update.\n\n{async_table(summary)}\n\n`{command}`")
+    rates = ", ".join(f"{p} {rate:.3f}" for p, rate in summary["sft"].items())
+    where = f" on {summary['cpus']} CPU cores ({', '.join(summary['devices'])})" if "cpus" in summary else ""
+    return (f"Asynchronous RL (`rl.max_staleness`) against the synchronous loop on the SWE main job{where}: BAR from "
+            f"its SFT policy for {summary['num_steps']} updates, seeds {', '.join(map(str, summary['seeds']))} "
+            f"(mean [min, max] over seeds); the SFT policy's held-out rates: {rates}. Wall time per update is the "
+            f"loop's whole step: the learner's wait for the step's rollouts plus its update.\n\n"
+            f"{async_table(summary)}\n\n`{command}`")
 
 
 def plot_async(summary: dict[str, Any], path: str) -> str:

@@ -55,6 +55,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import jax
 from ml_collections import ConfigDict
 
 from orchard.config import from_config
@@ -454,6 +455,7 @@ async def run_async_study(config: ConfigDict, workdir: str, *, rerun: bool = Fal
         init = await sft_arm(shared, workdir, base.seed, passes)
         init_dir = init["dir"]
         summary: dict[str, Any] = {"num_steps": study.num_steps, "seeds": list(study.seeds), "passes": list(passes),
+                                   "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()],
                                    "sft": {p: init["eval"][p]["resolve_rate"] for p in passes}, "bounds": {}}
         for bound in study.bounds:
             per_seed = {}
