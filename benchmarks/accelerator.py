@@ -76,7 +76,7 @@ def peak_flops(kind: str) -> float | None:
 
 
 def train_tokens(size: Size) -> dict[str, np.ndarray]:
-    """One step's batch, shared by both sides: random token rows (``[1, rows, seq_len + 1]`` before the
+    """One step's batch, shared by both sides: random token rows (``[rows, seq_len + 1]`` before the
     shift), every target trained, advantages alternating +1 / -1 by row, old logprobs of a uniform policy."""
     rng = np.random.default_rng(size.seed)
     ids = rng.integers(0, size.model["vocab_size"], (size.rows, size.seq_len + 1), dtype=np.int32)
@@ -166,6 +166,8 @@ def torch_train(size: Size, out: str) -> dict[str, Any]:
     import torch
     import transformers
 
+    from orchard.train.grpo import EPS_HIGH, EPS_LOW  # importing JAX claims no device memory
+
     device = _torch_device()
     dtype = getattr(torch, size.dtype)
     data = {k: torch.as_tensor(v, device=device) for k, v in train_tokens(size).items()}
@@ -180,7 +182,7 @@ def torch_train(size: Size, out: str) -> dict[str, Any]:
         logp = torch.log_softmax(logits.float(), -1).gather(-1, data["targets"].long()[..., None])[..., 0]
         ratio = torch.exp(logp - data["old_logprobs"])
         advantages = data["advantages"]
-        loss = -torch.minimum(ratio * advantages, torch.clamp(ratio, 0.8, 1.28) * advantages)
+        loss = -torch.minimum(ratio * advantages, torch.clamp(ratio, 1 - EPS_LOW, 1 + EPS_HIGH) * advantages)
         return (loss * data["loss_mask"]).sum() / data["loss_mask"].sum()
 
     for name, loss_of in (("sft", sft_loss), ("grpo", grpo_loss)):

@@ -66,7 +66,7 @@ def drop_stale(groups: Sequence[GroupResult], version: int, updates_per_sync: in
     for group in groups:
         ages = [staleness(r.trajectory, version, updates_per_sync) for r in group.group]
         unknown += sum(age is None for age in ages)
-        partial += sum(len({v for v in sampled_versions(r.trajectory)}) > 1 for r in group.group)
+        partial += sum(len(set(sampled_versions(r.trajectory))) > 1 for r in group.group)
         known = [age for age in ages if age is not None]
         measured += known
         if any(age > bound for age in known):
