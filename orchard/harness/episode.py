@@ -40,7 +40,7 @@ import time
 from typing import Any
 
 from orchard.data.trajectory import EndReason, Outcome, Trajectory
-from orchard.env.client import AsyncSandbox, AsyncSandboxClient, OrchardError, Unsupported
+from orchard.env.client import AsyncSandbox, AsyncSandboxClient, OrchardError, SandboxNotFound, Unsupported
 from orchard.harness.core import Harness, Limits, Policy, run_agent
 from orchard.harness.task import Task
 
@@ -201,9 +201,23 @@ class SandboxPool:
         self.idle: dict[str, list[AsyncSandbox]] = {}
 
     async def borrow(self, client: AsyncSandboxClient, task: Task) -> tuple[AsyncSandbox, bool]:
-        """An idle sandbox of the task's family, or a new one; never set up (the task's set-up resets it)."""
-        spare = self.idle.get(task.family.name)
-        return (spare.pop() if spare else await client.create(**task.family.sandbox)), False
+        """An idle sandbox of the task's family that is still there, or a new one; never set up (the task's
+        set-up resets it).
+
+        An idle sandbox is asked for a heartbeat first, which also restarts its TTL: one kept while the event
+        loop was busy elsewhere (a training stage between evaluations runs longer than the TTL) missed its
+        client's heartbeats and was reaped by the orchestrator. Such a sandbox is dropped, not handed out.
+        """
+        spare = self.idle.get(task.family.name, [])
+        while spare:
+            box = spare.pop()
+            try:
+                await box.heartbeat()
+            except SandboxNotFound:
+                log.info("pooled sandbox %s is gone (reaped while idle): dropped", box.id)
+                continue
+            return box, False
+        return await client.create(**task.family.sandbox), False
 
     async def give_back(self, box: AsyncSandbox, task: Task, clean_end: bool) -> None:
         """Keep ``box`` for a later episode if its episode ended cleanly and there is room; else delete it."""

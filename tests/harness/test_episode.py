@@ -7,7 +7,7 @@ import pytest
 from orchard.data.trajectory import Message, Outcome
 from orchard.env.client import AsyncSandbox
 from orchard.harness import BashHarness, EpisodeRunner, FunctionTask, Limits, TaskFamily, Turn, run_episode
-from orchard.harness.episode import SetupCache
+from orchard.harness.episode import SandboxPool, SetupCache
 
 SUBMIT = "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat /workspace/repo/state\n```"
 
@@ -74,6 +74,18 @@ async def test_a_set_up_in_files_is_done_once_and_forked_for_every_episode(aclie
         for seed in range(2):
             assert (await runner.run_one(live.task("c"), seed, policy=Replies(SUBMIT))).outcome.resolved
     assert live.setups == 2 and not setups.snapshots
+
+
+async def test_a_pooled_sandbox_reaped_while_idle_is_replaced_not_handed_out(aclient):
+    counting = Counting(TaskFamily("pooled", reusable=True))
+    async with SandboxPool(size=1) as pool:
+        first = await run_episode(aclient, BashHarness(), Replies(SUBMIT), counting.task("a"), pool=pool)
+        assert first.outcome.resolved and len(pool.idle["pooled"]) == 1
+        # The orchestrator reaps an idle sandbox whose heartbeats stopped (a long training stage held the loop).
+        await aclient.delete(first.metadata["sandbox_id"])
+        second = await run_episode(aclient, BashHarness(), Replies(SUBMIT), counting.task("b"), pool=pool)
+    assert second.outcome == Outcome(reward=1.0, resolved=True, status="completed"), second.metadata.get("error")
+    assert second.metadata["sandbox_id"] != first.metadata["sandbox_id"]
 
 
 async def test_a_runner_without_a_policy_says_so(aclient):
