@@ -150,11 +150,14 @@ UNRESOLVED: tuple[str, ...] = get_args(Unresolved)
 def trained_actions(trajectory: Trajectory, unresolved: Unresolved = "rise") -> set[int]:
     """The action indices whose tokens carry loss: every action of a resolved trajectory; of an unresolved
     one, those in its rise segments (``"rise"``, the method), every one (``"whole"``: the failure the
-    method avoids, for ablations) or none (``"drop"``: resolved-only SFT)."""
+    method avoids, for ablations) or none (``"drop"``: resolved-only SFT). Never an action the trajectory
+    names in ``metadata["untaught_actions"]``: a scripted teacher's deliberate mistake, kept so that the
+    recovery after it is taught (:mod:`orchard.tasks.claw.oracle`)."""
     if unresolved not in UNRESOLVED:
         raise ValueError(f"unresolved must be one of {UNRESOLVED}, not {unresolved!r}")
+    untaught = set(trajectory.metadata.get("untaught_actions", ()))
     if trajectory.outcome.resolved or unresolved == "whole":
-        return set(range(trajectory.num_actions))
+        return set(range(trajectory.num_actions)) - untaught
     if unresolved == "drop":
         return set()
     segments = trajectory.rise_segments
@@ -163,7 +166,7 @@ def trained_actions(trajectory: Trajectory, unresolved: Unresolved = "rise") -> 
             raise ValueError(f"trajectory {trajectory.id} is unresolved and has neither values nor rise segments: "
                              "annotate it with orchard.data.rise.annotate first")
         segments = rise_segments(trajectory.values)
-    return {t for first, last in segments for t in range(first, last + 1)}
+    return {t for first, last in segments for t in range(first, last + 1)} - untaught
 
 
 def to_example(trajectory: Trajectory, chat_format: ChatFormat, observation_weight: float = 0.0,

@@ -78,6 +78,17 @@ def test_the_ablations_teach_an_unresolved_trajectory_whole_or_not_at_all(tokeni
         to_example(failed, chat, unresolved="some")
 
 
+def test_an_action_the_trajectory_names_untaught_carries_no_loss_in_any_arm(tokenizer):
+    """A scripted teacher's deliberate mistake (orchard.tasks.claw.oracle's recover variant) stays in the row, so
+    the recovery after it is taught, and is never taught itself."""
+    chat = Qwen3Format(tokenizer)
+    erred = run(resolved=True, metadata={"untaught_actions": [2]})
+    assert trained_texts(tokenizer, to_example(erred, chat)) == [action(0, "ls"), action(1, "cat calc.py")]
+    assert trained_texts(tokenizer, to_example(erred, chat, unresolved="whole")) == [action(0, "ls"), action(1, "cat calc.py")]
+    failed = run(resolved=False, rise_segments=[(1, 2)], metadata={"untaught_actions": [2]})
+    assert trained_texts(tokenizer, to_example(failed, chat)) == [action(1, "cat calc.py")]
+
+
 def test_recorded_token_ids_are_used_as_sampled(tokenizer):
     chat = Qwen3Format(tokenizer)
     end = tokenizer.token_id("<|im_end|>")

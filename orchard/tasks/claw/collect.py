@@ -6,7 +6,9 @@ Every (task, harness, sample) runs one graded episode (pooled sandboxes: a Claw 
 between tasks); an episode is kept when every test passed
 (reward +1) and it had no format error. Each dropped one is counted by why: ``not_completed`` (a test
 failed), ``format_errors``, ``timed_out`` (cut by the wall clock, never graded), or ``environment``
-(its sandbox or grader failed; also listed in ``errors``).
+(its sandbox or grader failed; also listed in ``errors``). A kept episode names the turns where the teacher
+erred on purpose (``metadata["untaught_actions"]``, :class:`~orchard.tasks.claw.oracle.PlanPolicy`), which SFT
+does not teach.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from orchard.harness.collection import collect as collect_episodes
 from orchard.harness.core import Harness
 from orchard.harness.episode import EpisodeRunner
 from orchard.harness.task import Task
-from orchard.tasks.claw.oracle import TeacherFactory, harness_style
+from orchard.tasks.claw.oracle import PlanPolicy, TeacherFactory, harness_style
 from orchard.tasks.claw.task import ClawTask
 
 
@@ -57,10 +59,20 @@ async def collect(runner: EpisodeRunner, tasks: Sequence[ClawTask], harnesses: S
     """``samples`` teacher episodes of every task in every harness (the teacher speaks each one's
     style: :func:`~orchard.tasks.claw.oracle.harness_style`), the completed ones kept, in (task,
     harness, sample) order."""
-    return await collect_episodes(
-        runner, tasks, harnesses, lambda task, harness, k: teacher(task.spec, harness_style(harness), k),  # type: ignore[attr-defined]
-        samples, seed=seed, drop=drop_reason, after=name_grading_error, progress=progress, desc="Claw teacher",
-        kind=ClawCollection)
+    policies: dict[tuple[str, str, int], PlanPolicy] = {}
+
+    def policy(task: Task, harness: Harness, k: int) -> PlanPolicy:
+        made = policies[task.id, harness.name, k] = teacher(task.spec, harness_style(harness), k)  # type: ignore[attr-defined]
+        return made
+
+    def after(task: Task, trajectory: Trajectory) -> Trajectory:
+        said = policies.pop((task.id, trajectory.harness, trajectory.metadata["sample"]))
+        if said.untaught:
+            trajectory.metadata["untaught_actions"] = sorted(said.untaught)
+        return name_grading_error(task, trajectory)
+
+    return await collect_episodes(runner, tasks, harnesses, policy, samples, seed=seed, drop=drop_reason, after=after,
+                                  progress=progress, desc="Claw teacher", kind=ClawCollection)
 
 
 def name_grading_error(task: Task, trajectory: Trajectory) -> Trajectory:

@@ -14,7 +14,11 @@ trajectories vary (section 3.5 of the notes):
 - ``wander``: the plan with one or two read-only calls it does not need, at seeded places;
 - ``recover``: the plan with one wrong call before a step (an id that does not exist, or a required
   argument left out), whose error the next turn answers by making the call right; a plan with no call
-  that takes an id or needs an argument (a quick action's one search) runs as it is.
+  that takes an id or needs an argument (a quick action's one search) runs as it is. The policy
+  records the turns of its deliberate mistakes (:attr:`PlanPolicy.untaught`), and collection keeps
+  them on the trajectory (``metadata["untaught_actions"]``): SFT teaches the recovery, not the
+  mistake (:func:`orchard.data.examples.trained_actions`). A policy trained on the mistakes too
+  called ``x-missing-0`` first on held-out tasks.
 
 Every variant retries a faulted call. The generator checked the reference plan (it passes every test),
 so the variants solve the task unless the environment gets in the way; collection keeps only the
@@ -83,6 +87,7 @@ class PlanPolicy:
         if style not in ("tools", "shell"):
             raise ValueError(f"unknown style {style!r}: tools or shell")
         self.steps, self.style, self.retry_faults, self.name = list(steps), style, retry_faults, name
+        self.untaught: list[int] = []  # the turns (action indices) that said a deliberate mistake
 
     def position(self, conversation: Conversation) -> tuple[int, bool]:
         """The index of the step to say next, and whether the last call failed (its answer an error)."""
@@ -102,6 +107,8 @@ class PlanPolicy:
         position, failed = self.position(conversation)
         step = self.steps[min(position, len(self.steps) - 1)]
         turn = sum(message.role == "assistant" for message in conversation.messages)
+        if deliberate_mistake(step) and turn not in self.untaught:
+            self.untaught.append(turn)
         if self.style == "tools":
             call = ToolCall(id=f"call_{turn}", name=step.tool, arguments=step.arguments)
             return Turn(Message(role="assistant", content="", tool_calls=[call]))
@@ -118,6 +125,14 @@ def _read_only(spec: ClawTaskSpec) -> list[PlanStep]:
         if tool.method == "GET" and not tool.parameters["required"]:
             steps.append(PlanStep(tool=name, arguments={}))
     return steps
+
+
+def deliberate_mistake(step: PlanStep) -> bool:
+    """Whether ``step`` is a wrong call the ``recover`` variant made on purpose (:func:`_wrong_call`): an id that
+    does not exist, or a required argument left out. A reference plan has neither (the generator ran it)."""
+    if step.arguments.get("id") == MISSING_ID:
+        return True
+    return any(name not in step.arguments for name in tool_by_name(step.tool).parameters["required"])
 
 
 def _wrong_call(step: PlanStep) -> PlanStep:

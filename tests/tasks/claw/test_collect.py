@@ -13,7 +13,7 @@ from orchard.harness.core import Conversation, Turn
 from orchard.harness.episode import EpisodeRunner, SandboxPool
 from orchard.tasks.claw.collect import collect, drop_reason
 from orchard.tasks.claw.families import FAMILIES
-from orchard.tasks.claw.oracle import VARIANTS, PlanPolicy, plan_teacher
+from orchard.tasks.claw.oracle import VARIANTS, PlanPolicy, deliberate_mistake, plan_teacher
 from orchard.tasks.claw.spec import PlanStep
 from orchard.tasks.claw.task import ClawTask
 from orchard.train.rl import score
@@ -41,6 +41,13 @@ async def test_every_variant_completes_in_both_harnesses_under_faults(aclient):
     assert all(t.outcome.reward == 1.0 and t.metadata["claw"]["robustness"] == 1.0 for t in collection.kept)
     recovered = [t for t in collection.kept if t.policy == "claw-plan-recover" and t.harness == "claw"]
     assert all(any(m.role == "tool" and m.content.startswith("ERROR") for m in t.messages) for t in recovered)
+    # The deliberate wrong call is named untaught (SFT teaches the recovery after it), in both harnesses; only it.
+    for trajectory in recovered:
+        calls = [m.tool_calls[0] for m in trajectory.messages if m.role == "assistant"]
+        mistakes = [i for i, c in enumerate(calls) if deliberate_mistake(PlanStep(tool=c.name, arguments=c.arguments))]
+        assert trajectory.metadata["untaught_actions"] == mistakes and len(mistakes) == 1
+    assert all(len(t.metadata["untaught_actions"]) == 1 for t in collection.kept if t.policy == "claw-plan-recover")
+    assert not any("untaught_actions" in t.metadata for t in collection.kept if t.policy != "claw-plan-recover")
 
 
 class Dawdler:

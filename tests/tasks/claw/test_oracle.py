@@ -16,6 +16,7 @@ from orchard.tasks.claw.families import FAMILIES
 from orchard.tasks.claw.oracle import (
     MISSING_ID,
     PlanPolicy,
+    deliberate_mistake,
     harness_style,
     is_fault,
     plan_teacher,
@@ -46,6 +47,7 @@ def test_variants_add_only_read_only_or_rejected_calls(spec):
     assert recover[wrong].tool == recover[wrong + 1].tool  # the wrong call, then the right one
     bad = recover[wrong].arguments
     assert bad.get("id") == MISSING_ID or set(bad) < set(recover[wrong + 1].arguments)
+    assert [deliberate_mistake(step) for step in recover] == [i == wrong for i in range(len(recover))]
     assert teacher_script(spec, "wander", 3) == wander  # seeded
 
 
