@@ -18,7 +18,7 @@ from orchard.recipes.swe_ablations import CreditConfig, RLStudyConfig, ScaleConf
 SHIPPED = [  # (config file, its variants, the family its stages are, the study blocks beside them)
     ("swe_bar", ("tiny", "qwen3_30b_a3b"), SWE, {}),
     ("gui_grpo", ("tiny", "elements", "smoke", "qwen3vl_4b"), GUI, {}),
-    ("claw_grpo", ("tiny", "smoke", "qwen3_30b_a3b"), CLAW, {}),
+    ("claw_grpo", ("tiny", "smoke", "skills", "qwen3_30b_a3b"), CLAW, {}),
     ("swe_cross_harness", ("tiny", "small"), SWE, {"cross": CrossHarnessConfig}),
     ("claw_cross_harness", ("tiny", "small"), CLAW, {"cross": ClawCrossConfig}),
     ("swe_ablations", ("tiny", "small"), SWE, {"credit": CreditConfig, "scale": ScaleConfig, "rl_study": RLStudyConfig}),
