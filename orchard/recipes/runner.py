@@ -12,8 +12,8 @@
     rl/                    checkpoints, metrics, model/ (orchard.train.rl over the family's RL harness)
     eval/<set>/<harness>/<stage>_<pass>/   result.json and the episodes behind it: every held-out set,
                            in every evaluation harness, at init, after SFT and after RL, greedy (one
-                           episode a task at T = 0) and sampled (eval.samples a task at the rollouts'
-                           temperature), as the family's passes say
+                           episode a task at T = 0) and sampled (eval.samples a task at eval.temperature,
+                           by default the rollouts'), as the family's passes say
     summary.json           one schema for every family (:class:`RecipeResult`)
 
 Every stage is cached by the hash of its config and inputs (:class:`~orchard.workdir.Stage`): a rerun
@@ -51,6 +51,7 @@ from orchard.recipes.stages import (
     STAGES,
     Clock,
     Made,
+    SharedStages,
     episodes_path,
     pretrain_stage,
     sampled_change,
@@ -145,16 +146,22 @@ def eval_directory(root: str, held_out: str, harness: str, stage: str, pass_: st
     return os.path.join(root, "eval", held_out, harness, f"{stage}_{pass_}")
 
 
+def sampled_temperature(settings: SharedStages) -> float:
+    """The temperature of a sampled evaluation pass: ``eval.temperature``, or the rollouts' where it is 0."""
+    return settings.eval.temperature or settings.rl.rollout.temperature
+
+
 async def evaluation_stage(family: Family, ctx: Context, root: str, split: Split, held_out: str, harness_name: str,
                            harness: Harness | None, stage_name: str, pass_: str, model: Transformer | None,
                            tokenizer: Tokenizer | None, inputs: dict[str, str],
                            external: External | None = None) -> Metrics:
     """The metrics of ``model`` over one held-out set in one harness: greedy (one episode a task at T = 0)
-    or sampled (``eval.samples`` a task at the rollouts' temperature); the episodes are kept beside them.
+    or sampled (``eval.samples`` a task at ``eval.temperature``, by default the rollouts'); the episodes are kept
+    beside them.
     For a harness Orchard does not run, ``external(temperature)`` opens its runner (the policy served for
     the occasion: :mod:`orchard.recipes.cross_harness`) and ``model`` is unused."""
     settings = ctx.settings
-    samples, temperature = (1, 0.0) if pass_ == "greedy" else (settings.eval.samples, settings.rl.rollout.temperature)
+    samples, temperature = (1, 0.0) if pass_ == "greedy" else (settings.eval.samples, sampled_temperature(settings))
     tasks: Sequence[Task] = split.held_out[held_out]
     # the rollout settings as this pass runs them: a greedy pass does not depend on the rollouts' temperature
     record = {"pass": pass_, "samples": samples, "rollout": replace(settings.rl.rollout, temperature=temperature),

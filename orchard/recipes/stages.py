@@ -95,7 +95,10 @@ class LessonPhase:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    samples: int = 8  # sampled episodes a held-out task, at the rollouts' temperature
+    samples: int = 8  # sampled episodes a held-out task
+    # the sampled passes' temperature; 0: the rollouts' (rl.rollout.temperature). Set it apart from RL's when RL
+    # explores hotter than the policy is best evaluated at.
+    temperature: float = 0.0
 
 
 @dataclass(frozen=True)
