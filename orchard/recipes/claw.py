@@ -5,7 +5,9 @@ and held-out evaluation in both harnesses with the Claw metrics.
 workdir; ``tasks/`` holds ``train/`` and ``held_out/``, one task spec per file).
 
 **Splits.** The generator holds out parameter combinations (:mod:`orchard.tasks.claw.generate`): no
-task of the ``held_out`` set has a value of its family's held-out parameter that a training task has.
+task of the ``held_out`` set has a value of its family's held-out parameter that a training task has;
+a family whose rule holds out further axes (the quick actions' unseen cast) gives a ``held_out_<axis>``
+set for each, of the tasks only that axis holds out (:func:`held_out_set`).
 With ``tasks.held_out_family``, every task of that family is in the ``family`` set instead and none
 trains. The training tasks are split again by the project's one split, as the SWE recipe's:
 ``tasks.validation_share`` of them are the ``validation`` set (evaluated as the held-out sets are, and
@@ -19,7 +21,7 @@ command a turn over the tasks' command-line tools); only completed episodes are 
 (:mod:`orchard.tasks.claw.collect`). SFT trains on all of them. GRPO samples groups in ``harness.rl``
 with the binary reward of the task's tests; an episode cut by the wall clock has no reward and is
 left out of its group. Every stage's policy is evaluated in each harness of ``harness.eval``,
-``eval.samples`` sampled episodes a held-out task at the rollouts' temperature: pass^3, pass@3 (over
+``eval.samples`` sampled episodes a held-out task at ``eval.temperature`` (default: the rollouts'): pass^3, pass@3 (over
 the n samples, unbiased), the mean task score and safety violations (:func:`~orchard.eval.claw_score.claw_table`),
 and, between stages, the paired per-task change of the pass rate with its sign test.
 
@@ -57,6 +59,7 @@ from orchard.tasks.claw.collect import collect
 from orchard.tasks.claw.families import FAMILIES
 from orchard.tasks.claw.generate import generate_tasks, read_tasks, write_tasks
 from orchard.tasks.claw.oracle import VARIANTS, plan_teacher
+from orchard.tasks.claw.spec import ClawTaskSpec
 from orchard.tasks.claw.task import ClawTask
 from orchard.workdir import Stage
 
@@ -124,6 +127,16 @@ def claw_config(config: ConfigDict) -> ClawConfig:
                              "sft.examples"))
 
 
+def held_out_set(spec: ClawTaskSpec) -> str:
+    """The set of a task its parameters hold out: ``held_out`` where its family's main axis does (and for a
+    family the generator does not know), ``held_out_<axis>`` where another axis of the family's rule does."""
+    family = FAMILIES.get(spec.family)
+    if family is None or not set(family.HELD_OUT.axes) <= set(spec.params):
+        return "held_out"
+    axis = family.HELD_OUT.axis_of(spec.params)
+    return "held_out" if axis in (None, family.HELD_OUT.param) else f"held_out_{axis}"
+
+
 def tasks_stage(config: ClawConfig, workdir: str, rerun: bool) -> Split:
     """The task specs (a directory, or generated once into ``tasks/``) and their split."""
     tasks = config.tasks
@@ -143,10 +156,14 @@ def tasks_stage(config: ClawConfig, workdir: str, rerun: bool) -> Split:
         generated, tasks_made_by = read_tasks(stage.directory), stage.fingerprint
     family = tasks.held_out_family
     train = [spec for spec in generated.train if spec.family != family]
-    by_params = [spec for spec in generated.held_out if spec.family != family]
+    by_params: dict[str, list[ClawTaskSpec]] = {}
+    for spec in generated.held_out:
+        if spec.family != family:
+            by_params.setdefault(held_out_set(spec), []).append(spec)
     by_family = [spec for spec in generated.train + generated.held_out if spec.family == family]
     if not train or not by_params:
-        raise ValueError(f"the Claw recipe needs training and held-out tasks; got {len(train)} and {len(by_params)}")
+        raise ValueError(f"the Claw recipe needs training and held-out tasks; got {len(train)} and "
+                         f"{sum(map(len, by_params.values()))}")
     if family and not by_family:
         raise ValueError(f"tasks.held_out_family: no task of the family {family!r}")
     train, validation = split_by_id(train, tasks.validation_share, config.seed, key=lambda spec: spec.id,
@@ -154,7 +171,7 @@ def tasks_stage(config: ClawConfig, workdir: str, rerun: bool) -> Split:
     sft, rl = split_by_id(train, tasks.rl_fraction, config.seed, key=lambda spec: spec.id, purpose="rl-prompts",
                           at_least_one=tasks.rl_fraction > 0)
     sft_tasks = [ClawTask(s) for s in sft]  # with rl_fraction = 0, RL samples the SFT tasks
-    held_out = {"validation": validation, "held_out": by_params, "family": by_family}
+    held_out = {"validation": validation, **dict(sorted(by_params.items())), "family": by_family}
     made_by = fingerprint({"tasks": tasks_made_by, "held_out_family": family,
                            "validation_share": tasks.validation_share, "rl_fraction": tasks.rl_fraction})
     return Split(sft=sft_tasks, rl=[ClawTask(s) for s in rl] or sft_tasks,

@@ -46,20 +46,24 @@ def test_the_check_names_each_problem():
 
 def test_the_split_holds_out_a_whole_family_and_carves_validation_from_training(tmp_path):
     config = get_config("tiny")
-    config.tasks.update({"count_per_family": 5, "validation_share": 0.2})
+    config.tasks.update({"count_per_family": 10, "validation_share": 0.2})
     split = tasks_stage(CLAW.typed(config), str(tmp_path), rerun=False)
 
     def families(tasks) -> set[str]:
         return {task.spec.family for task in tasks}
 
-    assert list(split.held_out) == ["validation", "held_out", "family"]
-    assert families(split.held_out["family"]) == {"todo_from_mail"} and len(split.held_out["family"]) == 5
+    assert list(split.held_out) == ["validation", "held_out", "held_out_cast", "family"]
+    by_cast = split.held_out["held_out_cast"]  # the quick actions held out only by their unseen cast
+    assert by_cast and {(t.spec.family, t.spec.params["cast"], t.spec.params["wording"] < 2) for t in by_cast} == {
+        ("quick_action", "new", True)}
+    assert not any(t.spec.params.get("cast") == "new" for t in [*split.sft, *split.rl])
+    assert families(split.held_out["family"]) == {"todo_from_mail"} and len(split.held_out["family"]) == 10
     trained = [*split.sft, *split.rl, *split.held_out["validation"], *split.held_out["held_out"]]
     assert "todo_from_mail" not in families(trained)
     sets = [{task.id for task in tasks} for tasks in (split.sft, split.rl, *split.held_out.values())]
-    assert sum(map(len, sets)) == len(set().union(*sets)) == 6 * 5  # disjoint, and every task is in one
+    assert sum(map(len, sets)) == len(set().union(*sets)) == 6 * 10  # disjoint, and every task is in one
     validation = split.held_out["validation"]
-    assert len(validation) == 4  # a fifth of the 20 training tasks of the five other families
+    assert len(validation) == 8  # a fifth of the 40 training tasks of the five other families
     assert not any(FAMILIES[task.spec.family].HELD_OUT(task.spec.params) for task in validation)  # training combos
     # The split's fingerprint follows its settings, so the stages after it rerun when they change.
     config.tasks.held_out_family = "inbox_triage"

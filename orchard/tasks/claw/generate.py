@@ -13,8 +13,8 @@ are for the episodes) and graded by the task's own tests
 
 **Splits.** Each family's parameter grid is cut by its held-out rule: training tasks are drawn from
 the combinations the rule leaves in, held-out tasks from those it holds out (values no training task
-ever has). Within a split the combinations are taken in a seeded order, round robin, each with a new
-task seed; a rejected task is replaced by the next draw, so each family gives ``count_per_family`` tasks.
+ever has). Within a split the combinations are taken in a seeded order, round robin (a rule with
+several axes takes them in turn), each with a new task seed; a rejected task is replaced by the next draw, so each family gives ``count_per_family`` tasks.
 Task ids are ``<family>-<nnnn>``, training tasks first.
 
 :func:`write_tasks` and :func:`read_tasks` keep the tasks as one JSON spec per file, under ``train/``
@@ -24,6 +24,7 @@ and ``held_out/``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import secrets
@@ -149,6 +150,15 @@ def check_plans(spec: ClawTaskSpec, runner: PlanRunner | None = None) -> PlanChe
     return asyncio.run(acheck_plans(spec, runner or PlanRunner()))
 
 
+def _axes_in_turn(combos: list[dict[str, Any]], family: Family) -> list[dict[str, Any]]:
+    """``combos`` reordered to take the family's held-out axes in turn (each axis's combinations in their
+    order), so that every held-out axis gets its share of the tasks; one axis: as they are."""
+    by_axis: dict[str | None, list[dict[str, Any]]] = {}
+    for params in combos:
+        by_axis.setdefault(family.HELD_OUT.axis_of(params), []).append(params)
+    return [params for turn in itertools.zip_longest(*by_axis.values()) for params in turn if params is not None]
+
+
 def _draw(family: Family, split: str, quota: int, seed: int, runner: PlanRunner,
           rejected: Counter[str]) -> list[ClawTaskSpec]:
     """``quota`` accepted tasks of one family and split; rejected draws are counted in ``rejected``."""
@@ -156,6 +166,7 @@ def _draw(family: Family, split: str, quota: int, seed: int, runner: PlanRunner,
     if quota and not combos:
         raise ValueError(f"{family.NAME}: no parameter combination for the {split} split")
     seeded_random(seed, "claw-generate", family.NAME, split).shuffle(combos)
+    combos = _axes_in_turn(combos, family)
     kept: list[ClawTaskSpec] = []
     for draw in range(quota * MAX_DRAWS_PER_TASK):
         if len(kept) == quota:

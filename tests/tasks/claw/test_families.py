@@ -75,8 +75,11 @@ def test_each_family_holds_out_values_no_training_combination_has(name):
     train = [params for params in family.PARAMS if not family.HELD_OUT(params)]
     assert held and train
     rule = family.HELD_OUT
-    assert {params[rule.param] for params in held} == set(rule.values)
-    assert not {params[rule.param] for params in train} & set(rule.values)
+    assert next(iter(rule.axes)) == rule.param
+    assert all(rule.axis_of(params) is not None for params in held)
+    for axis, values in rule.axes.items():
+        assert {params[axis] for params in held if rule.axis_of(params) == axis} == set(values)
+        assert not {params[axis] for params in train} & set(values)
     assert len({json.dumps(p, sort_keys=True) for p in family.PARAMS}) == len(family.PARAMS)
 
 
@@ -154,17 +157,37 @@ def test_document_edit_wants_the_last_value_of_the_thread(runner):
 def test_quick_actions_take_one_or_two_calls_and_check_what_they_ask_for(runner):
     family = FAMILIES["quick_action"]
     for action in family.ACTION_NAMES:
-        spec = family.make({"action": action, "wording": 0}, 3)
+        spec = family.make({"action": action, "wording": 0, "cast": "trained"}, 3)
         calls = [s.tool for s in spec.reference_plan if s.tool != "finish"]
         assert 1 <= len(calls) <= 2 and spec.reference_plan[-1].tool == "finish", (action, calls)
-    email = family.make({"action": "contact_email", "wording": 1}, 5)
+    email = family.make({"action": "contact_email", "wording": 1, "cast": "trained"}, 5)
     wrong = replaced(email.reference_plan, "finish", answer="someone.else@example.com")
     assert failed(runner, email, wrong) == {"answer_gives_email"}
-    phone = family.make({"action": "contact_phone", "wording": 0}, 5)
+    phone = family.make({"action": "contact_phone", "wording": 0, "cast": "new"}, 5)
     spaced = phone.reference_plan[-1].arguments["answer"].replace(" ", "-")  # the digits are what count
     assert failed(runner, phone, replaced(phone.reference_plan, "finish", answer=spaced)) == set()
-    todo = family.make({"action": "add_todo", "wording": 0}, 2)
+    todo = family.make({"action": "add_todo", "wording": 0, "cast": "trained"}, 2)
     assert failed(runner, todo, replaced(todo.reference_plan, "todo_create", due="2030-01-01")) == {"todo_added"}
     held_out_prompts = {family.PROMPTS[action][2] for action in family.ACTION_NAMES}
     trained = [p for p in family.PARAMS if not family.HELD_OUT(p)]
     assert trained and all(family.PROMPTS[p["action"]][p["wording"]] not in held_out_prompts for p in trained)
+
+
+def test_the_new_cast_of_quick_actions_shares_no_name_or_title_with_the_trained_tasks():
+    family = FAMILIES["quick_action"]
+
+    def text(cast: str) -> str:
+        """Every prompt, fixture and plan of the cast's training-wording tasks, lower-cased."""
+        specs = [family.make({"action": action, "wording": wording, "cast": cast}, seed)
+                 for action in family.ACTION_NAMES for wording in (0, 1) for seed in range(12)]
+        return " ".join(spec.model_dump_json(include={"prompt", "fixtures", "reference_plan"}) for spec in specs).lower()
+
+    trained, new = text("trained"), text("new")
+    vocabulary = family.NEW_CAST
+    words = [*vocabulary.first_names, *vocabulary.last_names, *vocabulary.todo_titles,
+             *(keyword for _, keyword in vocabulary.todo_actions), *(subject for subject, _ in vocabulary.mail_topics)]
+    assert not [word for word in words if word.lower() in trained]
+    assert all(word.lower() in new for word in vocabulary.first_names)  # the held-out tasks do use them
+    assert family.HELD_OUT.axis_of({"action": "add_todo", "wording": 0, "cast": "new"}) == "cast"
+    assert family.HELD_OUT.axis_of({"action": "add_todo", "wording": 2, "cast": "new"}) == "wording"
+    assert family.HELD_OUT.axis_of({"action": "add_todo", "wording": 1, "cast": "trained"}) is None

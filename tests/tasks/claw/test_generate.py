@@ -53,7 +53,8 @@ def test_held_out_tasks_use_combinations_and_values_never_seen_in_training(gener
         train = [spec for spec in generated.train if spec.family == name]
         held_out = [spec for spec in generated.held_out if spec.family == name]
         assert all(rule(spec.params) for spec in held_out) and not any(rule(spec.params) for spec in train)
-        assert not {spec.params[rule.param] for spec in train} & set(rule.values)
+        for axis, values in rule.axes.items():
+            assert not {spec.params[axis] for spec in train} & set(values)
         assert len({combo(spec) for spec in train}) > 1  # the training tasks cover several combinations
 
 

@@ -82,16 +82,30 @@ class Family(Protocol):
 
 @dataclass(frozen=True)
 class HeldOut:
-    """A family's held-out rule: the combinations in which ``param`` takes one of ``values``.
+    """A family's held-out rule: the combinations in which ``param`` takes one of ``values``, or in which
+    any further axis of ``also`` (``(param, values)`` pairs) takes one of its values.
 
     Those values never occur in a training combination, so held-out tasks test generalisation to them.
+    ``param`` is the family's main axis; a combination that only an axis of ``also`` holds out is
+    evaluated as a set of its own (:meth:`axis_of`, the Claw recipe's ``held_out_<axis>`` sets).
     """
 
     param: str
     values: tuple[Any, ...]
+    also: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    @property
+    def axes(self) -> dict[str, tuple[Any, ...]]:
+        """Every held-out axis and its held-out values, the main one first."""
+        return {self.param: self.values, **dict(self.also)}
+
+    def axis_of(self, params: dict[str, Any]) -> str | None:
+        """The axis that holds ``params`` out (the main one where several do), or None for a training
+        combination."""
+        return next((axis for axis, values in self.axes.items() if params[axis] in values), None)
 
     def __call__(self, params: dict[str, Any]) -> bool:
-        return params[self.param] in self.values
+        return self.axis_of(params) is not None
 
 
 def grid(**axes: tuple[Any, ...]) -> list[dict[str, Any]]:
@@ -118,10 +132,12 @@ class Person:
         return self.name.split()[0]
 
 
-def people(rng: random.Random, count: int, domain: str) -> list[Person]:
-    """``count`` people with distinct first names and distinct last names, mailed at ``domain``."""
-    firsts = rng.sample(FIRST_NAMES, count)
-    lasts = rng.sample(LAST_NAMES, count)
+def people(rng: random.Random, count: int, domain: str, first_names: tuple[str, ...] = FIRST_NAMES,
+           last_names: tuple[str, ...] = LAST_NAMES) -> list[Person]:
+    """``count`` people with distinct first names and distinct last names (drawn from the pools given),
+    mailed at ``domain``."""
+    firsts = rng.sample(first_names, count)
+    lasts = rng.sample(last_names, count)
     return [Person(f"{first} {last}", f"{first}.{last}@{domain}".lower())
             for first, last in zip(firsts, lasts, strict=True)]
 
@@ -168,9 +184,10 @@ def mail(sender: str, to: list[str], subject: str, body: str, when: datetime, *,
             "body": body, "date": iso(when), "read": read, "labels": []}
 
 
-def work_mails(rng: random.Random, count: int) -> Iterator[tuple[str, str]]:
-    """``count`` distinct everyday topics (subject, body template) for :func:`work_mail`."""
-    return iter(rng.sample(WORK_MAIL, count))
+def work_mails(rng: random.Random, count: int, topics: tuple[tuple[str, str], ...] = WORK_MAIL
+               ) -> Iterator[tuple[str, str]]:
+    """``count`` distinct everyday topics (subject, body template) of ``topics``, for :func:`work_mail`."""
+    return iter(rng.sample(topics, count))
 
 
 def work_mail(topic: tuple[str, str], sender: Person, recipient: Person) -> tuple[str, str]:
