@@ -55,8 +55,8 @@ def test_the_split_holds_out_a_whole_family_and_carves_validation_from_training(
     assert list(split.held_out) == ["validation", "held_out", "held_out_cast", "family"]
     by_cast = split.held_out["held_out_cast"]  # the quick actions held out only by their unseen cast
     assert by_cast and {(t.spec.family, t.spec.params["cast"], t.spec.params["wording"] < 2) for t in by_cast} == {
-        ("quick_action", "new", True)}
-    assert not any(t.spec.params.get("cast") == "new" for t in [*split.sft, *split.rl])
+        ("quick_action", "real", True)}
+    assert not any(t.spec.params.get("cast") == "real" for t in [*split.sft, *split.rl])
     assert families(split.held_out["family"]) == {"todo_from_mail"} and len(split.held_out["family"]) == 10
     trained = [*split.sft, *split.rl, *split.held_out["validation"], *split.held_out["held_out"]]
     assert "todo_from_mail" not in families(trained)

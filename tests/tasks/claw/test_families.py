@@ -157,37 +157,42 @@ def test_document_edit_wants_the_last_value_of_the_thread(runner):
 def test_quick_actions_take_one_or_two_calls_and_check_what_they_ask_for(runner):
     family = FAMILIES["quick_action"]
     for action in family.ACTION_NAMES:
-        spec = family.make({"action": action, "wording": 0, "cast": "trained"}, 3)
+        spec = family.make({"action": action, "wording": 0, "cast": "invented"}, 3)
         calls = [s.tool for s in spec.reference_plan if s.tool != "finish"]
         assert 1 <= len(calls) <= 2 and spec.reference_plan[-1].tool == "finish", (action, calls)
-    email = family.make({"action": "contact_email", "wording": 1, "cast": "trained"}, 5)
+    email = family.make({"action": "contact_email", "wording": 1, "cast": "invented"}, 5)
     wrong = replaced(email.reference_plan, "finish", answer="someone.else@example.com")
     assert failed(runner, email, wrong) == {"answer_gives_email"}
-    phone = family.make({"action": "contact_phone", "wording": 0, "cast": "new"}, 5)
+    phone = family.make({"action": "contact_phone", "wording": 0, "cast": "real"}, 5)
     spaced = phone.reference_plan[-1].arguments["answer"].replace(" ", "-")  # the digits are what count
     assert failed(runner, phone, replaced(phone.reference_plan, "finish", answer=spaced)) == set()
-    todo = family.make({"action": "add_todo", "wording": 0, "cast": "trained"}, 2)
+    todo = family.make({"action": "add_todo", "wording": 0, "cast": "invented"}, 2)
     assert failed(runner, todo, replaced(todo.reference_plan, "todo_create", due="2030-01-01")) == {"todo_added"}
     held_out_prompts = {family.PROMPTS[action][2] for action in family.ACTION_NAMES}
     trained = [p for p in family.PARAMS if not family.HELD_OUT(p)]
     assert trained and all(family.PROMPTS[p["action"]][p["wording"]] not in held_out_prompts for p in trained)
 
 
-def test_the_new_cast_of_quick_actions_shares_no_name_or_title_with_the_trained_tasks():
+def test_quick_actions_train_on_invented_casts_and_hold_out_a_real_one():
     family = FAMILIES["quick_action"]
 
-    def text(cast: str) -> str:
-        """Every prompt, fixture and plan of the cast's training-wording tasks, lower-cased."""
+    def text(cast: str, seeds: range) -> str:
+        """Every prompt, fixture and plan of the cast's training-wording tasks."""
         specs = [family.make({"action": action, "wording": wording, "cast": cast}, seed)
-                 for action in family.ACTION_NAMES for wording in (0, 1) for seed in range(12)]
-        return " ".join(spec.model_dump_json(include={"prompt", "fixtures", "reference_plan"}) for spec in specs).lower()
+                 for action in family.ACTION_NAMES for wording in (0, 1) for seed in seeds]
+        return " ".join(spec.model_dump_json(include={"prompt", "fixtures", "reference_plan"}) for spec in specs)
 
-    trained, new = text("trained"), text("new")
-    vocabulary = family.NEW_CAST
-    words = [*vocabulary.first_names, *vocabulary.last_names, *vocabulary.todo_titles,
-             *(keyword for _, keyword in vocabulary.todo_actions), *(subject for subject, _ in vocabulary.mail_topics)]
-    assert not [word for word in words if word.lower() in trained]
-    assert all(word.lower() in new for word in vocabulary.first_names)  # the held-out tasks do use them
-    assert family.HELD_OUT.axis_of({"action": "add_todo", "wording": 0, "cast": "new"}) == "cast"
-    assert family.HELD_OUT.axis_of({"action": "add_todo", "wording": 2, "cast": "new"}) == "wording"
-    assert family.HELD_OUT.axis_of({"action": "add_todo", "wording": 1, "cast": "trained"}) is None
+    invented, real = text("invented", range(12)), text("real", range(12))
+    cast = family.REAL_CAST
+    words = [*cast.first_names, *cast.last_names, *cast.todo_titles, *(keyword for _, keyword in cast.todo_actions),
+             *(subject for subject, _ in cast.mail_topics)]
+    assert not [word for word in words if re.search(rf"\b{re.escape(word)}\b", invented, re.IGNORECASE)]
+    assert all(name in real for name in cast.first_names)  # the held-out tasks do use them
+    # An invented cast is new in every task: two sets of seeds share (almost) no name.
+    names = [{person["name"] for spec in (family.make({"action": "contact_email", "wording": 0, "cast": "invented"}, s)
+                                          for s in seeds) for person in spec.fixtures["contacts"]["contacts"]}
+             for seeds in (range(0, 20), range(20, 40))]
+    assert len(names[0] & names[1]) <= 2 and len(names[0]) >= 100
+    assert family.HELD_OUT.axis_of({"action": "add_todo", "wording": 0, "cast": "real"}) == "cast"
+    assert family.HELD_OUT.axis_of({"action": "add_todo", "wording": 2, "cast": "real"}) == "wording"
+    assert family.HELD_OUT.axis_of({"action": "add_todo", "wording": 1, "cast": "invented"}) is None
