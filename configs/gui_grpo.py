@@ -101,7 +101,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                     "episode_seconds": 120.0, "concurrency": 2})
 
     # Stage 5: every stage's policy greedily; the policies RL starts from and ends with also sampled.
-    config.eval = ConfigDict({"samples": 2})
+    config.eval = ConfigDict({"samples": 2, "temperature": 0.0})  # temperature 0: the rollouts'
     config.env = ConfigDict({"url": "", "api_key": "", "backend": "local"})
 
     if variant == "tiny":

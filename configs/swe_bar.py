@@ -130,7 +130,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     # Stage 5: held-out evaluation: every stage's policy greedily (one episode a task), and the policies RL starts
     # from and ends with also sampled, `samples` episodes a task at rl.rollout.temperature.
-    config.eval = ConfigDict({"samples": 8})
+    config.eval = ConfigDict({"samples": 8, "temperature": 0.0})  # temperature 0: the rollouts'
 
     # Where sandboxes run: an empty url starts a local orchestrator (local backend).
     config.env = ConfigDict({"url": "", "api_key": "", "backend": "local"})
