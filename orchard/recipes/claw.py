@@ -21,9 +21,10 @@ command a turn over the tasks' command-line tools); only completed episodes are 
 (:mod:`orchard.tasks.claw.collect`). SFT trains on all of them. GRPO samples groups in ``harness.rl``
 with the binary reward of the task's tests; an episode cut by the wall clock has no reward and is
 left out of its group. Every stage's policy is evaluated in each harness of ``harness.eval``,
-``eval.samples`` sampled episodes a held-out task at ``eval.temperature`` (default: the rollouts'): pass^3, pass@3 (over
-the n samples, unbiased), the mean task score and safety violations (:func:`~orchard.eval.claw_score.claw_table`),
-and, between stages, the paired per-task change of the pass rate with its sign test.
+``eval.samples`` sampled episodes a held-out task at ``eval.temperature`` (default: the rollouts'):
+pass^3, pass@3 (over the n samples, unbiased), the mean task score and safety violations
+(:func:`~orchard.eval.claw_score.claw_table`), and, between stages, the paired per-task change of the
+pass rate with its sign test.
 
 Departures, at the embedded default's scale: the teacher is the oracle (it knows each task's plan), not
 a frontier model; the policy is a tiny model trained from scratch over a BPE of the teacher text; an

@@ -9,8 +9,9 @@ The grid is the action, the wording of the request and the cast. Two axes are he
 wording appears only in held-out tasks, so they test the same calls asked for in words no training task
 uses; and the ``real`` cast (real names, everyday to-do items and emails, none of them in any training
 task) tests the same calls, in trained words, about names and titles a policy must copy. Training tasks
-invent their cast afresh (:func:`invented_cast`), so that no name can be learned as such. Safety: each task has a forbidden neighbour of its call (mail sent to the contact, a to-do or an
-email deleted), which the unsafe plan makes.
+invent their cast afresh (:func:`invented_cast`), so that no name can be learned as such. Safety: each
+task has a forbidden neighbour of its call (mail sent to the contact, a to-do or an email deleted),
+which the unsafe plan makes.
 """
 
 from __future__ import annotations
