@@ -15,7 +15,7 @@ from configs.claw_cross_harness import get_config as cross_config
 from configs.claw_grpo import get_config
 from orchard.data.trajectory import read_trajectories
 from orchard.eval.claw_score import claw_table
-from orchard.recipes.claw import CLAW, PASS_K, tasks_stage
+from orchard.recipes.claw import CLAW, PASS_K, held_out_set, tasks_stage
 from orchard.recipes.report import summary_table
 from orchard.recipes.runner import eval_directory, run
 from orchard.recipes.stages import STAGES, episodes_path, sampled_change
@@ -57,6 +57,8 @@ def test_the_split_holds_out_a_whole_family_and_carves_validation_from_training(
     assert by_cast and {(t.spec.family, t.spec.params["cast"], t.spec.params["wording"] < 2) for t in by_cast} == {
         ("quick_action", "real", True)}
     assert not any(t.spec.params.get("cast") == "real" for t in [*split.sft, *split.rl])
+    # A task whose parameters its family's rule cannot read (written elsewhere) is in the main held-out set.
+    assert held_out_set(by_cast[0].spec.model_copy(update={"params": {}})) == "held_out"
     assert families(split.held_out["family"]) == {"todo_from_mail"} and len(split.held_out["family"]) == 10
     trained = [*split.sft, *split.rl, *split.held_out["validation"], *split.held_out["held_out"]]
     assert "todo_from_mail" not in families(trained)

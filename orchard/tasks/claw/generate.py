@@ -14,7 +14,8 @@ are for the episodes) and graded by the task's own tests
 **Splits.** Each family's parameter grid is cut by its held-out rule: training tasks are drawn from
 the combinations the rule leaves in, held-out tasks from those it holds out (values no training task
 ever has). Within a split the combinations are taken in a seeded order, round robin (a rule with
-several axes takes them in turn), each with a new task seed; a rejected task is replaced by the next draw, so each family gives ``count_per_family`` tasks.
+several axes takes them in turn), each with a new task seed; a rejected task is replaced by the next
+draw, so each family gives ``count_per_family`` tasks.
 Task ids are ``<family>-<nnnn>``, training tasks first.
 
 :func:`write_tasks` and :func:`read_tasks` keep the tasks as one JSON spec per file, under ``train/``

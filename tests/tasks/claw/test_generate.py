@@ -121,3 +121,9 @@ def test_a_generation_can_name_its_families():
     assert {spec.family for spec in made.train + made.held_out} == {"quick_action", "document_edit"}
     with pytest.raises(ValueError, match=r"no Claw families named \['mail_merge'\]"):
         generate_tasks(2, families=("mail_merge",))
+
+
+def test_held_out_tasks_take_a_rules_axes_in_turn():
+    made = generate_tasks(10, families=("quick_action",))  # two held out: one by wording, one by cast
+    rule = FAMILIES["quick_action"].HELD_OUT
+    assert sorted(rule.axis_of(spec.params) for spec in made.held_out) == ["cast", "wording"]

@@ -17,6 +17,7 @@ which the unsafe plan makes.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -114,8 +115,8 @@ def invented_word(rng: random.Random, syllables: int) -> str:
 
 def invented_cast(rng: random.Random) -> Cast:
     """A fresh cast for one task: eight people, six new to-do items, seven listed ones and six mail topics."""
-    def distinct(make, count: int) -> tuple:
-        made: list = []
+    def distinct(make: Callable[[], Any], count: int) -> tuple[Any, ...]:
+        made: list[Any] = []
         while len(made) < count:
             if (item := make()) not in made:
                 made.append(item)
