@@ -11,6 +11,7 @@ as a :class:`~orchard.recipes.family.Family`; the order of the stages is :mod:`o
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -22,9 +23,12 @@ from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from orchard.config import fingerprint, from_config
+from orchard.data.chat import make_chat_format
 from orchard.data.copying import LESSONS, write_copy_examples
+from orchard.data.examples import to_example
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories
+from orchard.eval.copying import CopyProbe, ProbeRow, copy_accuracy, novel_tokens
 from orchard.eval.metrics import paired_change
 from orchard.eval.runner import Evaluation
 from orchard.models.build import ModelSpec, build_model
@@ -34,12 +38,15 @@ from orchard.models.transformer import Transformer
 from orchard.recipes.sft_data import ExamplesConfig, build_examples
 from orchard.train.rl import RLConfig
 from orchard.train.sft import SFTConfig, train_and_evaluate
-from orchard.workdir import Stage, made_by, read_json
+from orchard.workdir import Stage, made_by, read_json, write_json
+
+log = logging.getLogger(__name__)
 
 PASSES = ("greedy", "sampled")
 ENGINES = {"jax": (), "vllm": ("url", "served_model", "weights_dir"), "openai": ("url", "served_model", "weights_dir")}
 TEMPLATE_MARGIN = 8  # tokens the chat format adds after the last sampled token of a rollout
 STAGES = ("init", "sft", "rl")
+PROBE_RUNS = 48  # resolved teacher runs the copy probe renames (orchard.eval.copying)
 
 
 @dataclass(frozen=True)
@@ -222,6 +229,26 @@ def trained_policy(config: SharedStages, directory: str, mesh: Mesh | None = Non
     model settings (dtypes, attention block, rematerialisation, logits chunk) with that path; on ``mesh``,
     placed as RL places its own (so the two share their compiled programs)."""
     return build_model(replace(config.model, path=directory), config.seed, mesh=mesh)
+
+
+def copy_probe(config: SharedStages, examples: ExamplesConfig, workdir: str, policy: str,
+               pairs: Sequence[tuple[Trajectory, Trajectory]], tokenizer: Tokenizer,
+               mesh: Mesh | None = None) -> CopyProbe:
+    """:func:`~orchard.eval.copying.copy_accuracy` of the policy in ``policy`` on ``pairs`` (a teacher run, and
+    its copy renamed with a copy index no SFT row used: the family's renaming), written to
+    ``<workdir>/sft/copy_probe.json`` and logged: whether the policy copies names it cannot have seen."""
+    chat = make_chat_format(examples.chat_format, tokenizer)
+    rows = []
+    for run, renamed in pairs:
+        example = to_example(renamed, chat)
+        rows.append(ProbeRow(example.token_ids, example.loss_mask,
+                             novel_tokens(example.token_ids, to_example(run, chat).token_ids)))
+    probe = copy_accuracy(trained_policy(config, policy, mesh), rows, config.sft.seq_len)
+    write_json(os.path.join(workdir, "sft", "copy_probe.json"), probe.to_dict())
+    log.info("copy probe of the SFT policy (greedy, teacher-forced, renamed runs): %.3f of action tokens, "
+             "%.3f of copyable ones, %.3f of new names' pieces (%d)", probe.actions, probe.copyable,
+             probe.novel, probe.counts["novel"])
+    return probe
 
 
 def pretrain_stage(config: SharedStages, workdir: str, tokenizer: Tokenizer, tokenizer_made: Made,

@@ -30,22 +30,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jax.sharding import Mesh
 from ml_collections import ConfigDict
 
 from orchard.config import fingerprint, from_config
-from orchard.data.chat import CHAT_FORMATS, make_chat_format
-from orchard.data.examples import to_example
+from orchard.data.chat import CHAT_FORMATS
 from orchard.data.tokenizer import Tokenizer
 from orchard.data.trajectory import Trajectory, read_trajectories, save_trajectories
-from orchard.eval.copying import CopyProbe, ProbeRow, copy_accuracy, novel_tokens
 from orchard.eval.runner import Evaluation
 from orchard.harness.bash import BashHarness
 from orchard.harness.core import Harness, Limits
 from orchard.harness.episode import SetupCache
 from orchard.recipes.family import Context, Family, Split, Teaching
 from orchard.recipes.sft_data import ExamplesConfig
-from orchard.recipes.stages import Made, SharedStages, shared_stages, task_ids, text_sft_stage, trained_policy
+from orchard.recipes.stages import (
+    PROBE_RUNS,
+    Made,
+    SharedStages,
+    copy_probe,
+    shared_stages,
+    task_ids,
+    text_sft_stage,
+)
 from orchard.tasks.swe.collect import CollectionConfig, collect
 from orchard.tasks.swe.diffs import parse_patch
 from orchard.tasks.swe.instance import SWEInstance, load_instances
@@ -53,11 +58,10 @@ from orchard.tasks.swe.oracle import VARIANTS as ORACLE_VARIANTS
 from orchard.tasks.swe.skills import renamed_runs, split_by_skill
 from orchard.tasks.swe.task import swe_tasks
 from orchard.tasks.swe.taskset import GENERATION_FIELDS, TaskSetConfig, make_task_set, split_task_set
-from orchard.workdir import Stage, file_fingerprint, read_json, write_json
+from orchard.workdir import Stage, file_fingerprint, read_json
 
 log = logging.getLogger(__name__)
 HELD_OUT_SUFFIX = {"held_out": "", "held_out_helpers": " helpers"}  # a held-out set -> its evaluations' seed purpose
-PROBE_RUNS = 48  # resolved teacher runs the copy probe renames (orchard.eval.copying)
 
 
 @dataclass(frozen=True)
@@ -159,19 +163,12 @@ def localisation_rates(trajectories: Sequence[Trajectory], instances: dict[str, 
             "names_buggy_function": names_function / count}
 
 
-def copy_probe(settings: SWEConfig, policy: str, trajectories: Sequence[Trajectory], tokenizer: Tokenizer,
-               mesh: Mesh | None = None) -> CopyProbe:
-    """:func:`~orchard.eval.copying.copy_accuracy` of the policy in ``policy`` on :data:`PROBE_RUNS` resolved
-    teacher runs on generated repositories, each renamed with a copy index no SFT row used."""
-    chat = make_chat_format(settings.examples.chat_format, tokenizer)
-    rows = []
-    for run in [t for t in trajectories if t.outcome.resolved][:PROBE_RUNS]:
-        for renamed in renamed_runs([run], settings.tasks.procedural, settings.seed, 1,
-                                    first=settings.examples.renamings):
-            example = to_example(renamed, chat)
-            rows.append(ProbeRow(example.token_ids, example.loss_mask,
-                                 novel_tokens(example.token_ids, to_example(run, chat).token_ids)))
-    return copy_accuracy(trained_policy(settings, policy, mesh), rows, settings.sft.seq_len)
+def probe_pairs(settings: SWEConfig, trajectories: Sequence[Trajectory]) -> list[tuple[Trajectory, Trajectory]]:
+    """The copy probe's runs (:func:`~orchard.recipes.stages.copy_probe`): up to :data:`PROBE_RUNS` resolved
+    teacher runs on generated repositories, each with its copy renamed at an index no SFT row used."""
+    return [(run, renamed) for run in [t for t in trajectories if t.outcome.resolved][:PROBE_RUNS]
+            for renamed in renamed_runs([run], settings.tasks.procedural, settings.seed, 1,
+                                        first=settings.examples.renamings)]
 
 
 class SWEFamily(Family):
@@ -246,11 +243,8 @@ class SWEFamily(Family):
         policy = text_sft_stage(settings, workdir, settings.examples, [*trajectories, *renamed], tokenizer,
                                 tokenizer_made.directory, inputs, ctx.rerun)
         if settings.tasks.is_procedural:  # whether the policy copies names it cannot have seen (a diagnostic)
-            probe = copy_probe(settings, policy.directory, trajectories, tokenizer, ctx.mesh)
-            write_json(os.path.join(workdir, "sft", "copy_probe.json"), probe.to_dict())
-            log.info("copy probe of the SFT policy (greedy, teacher-forced, renamed runs): %.3f of action tokens, "
-                     "%.3f of copyable ones, %.3f of new names' pieces (%d)", probe.actions, probe.copyable,
-                     probe.novel, probe.counts["novel"])
+            copy_probe(settings, settings.examples, workdir, policy.directory, probe_pairs(settings, trajectories),
+                       tokenizer, ctx.mesh)
         return policy
 
     def eval_harnesses(self, ctx: Context) -> dict[str, Harness]:

@@ -311,9 +311,11 @@ def test_the_copy_probe_renames_resolved_generated_runs_past_sfts_copies(tmp_pat
     on generated repositories only, and finds the new names' pieces among their copyable action tokens."""
     from orchard.data.tokenizer import Tokenizer
     from orchard.data.trajectory import Message
-    from orchard.recipes.swe import copy_probe
+    from orchard.recipes.stages import copy_probe
+    from orchard.recipes.swe import probe_pairs
     from orchard.tasks.swe.procedural import repository_nouns
     from orchard.tasks.swe.skills import procedural_specs
+    from orchard.workdir import read_json
 
     config = get_config("skills")
     config.sft.examples.renamings = 3
@@ -335,6 +337,9 @@ def test_the_copy_probe_renames_resolved_generated_runs_past_sfts_copies(tmp_pat
     directory = str(tmp_path / "policy")
     save_pretrained(Transformer(ModelConfig.tiny(vocab_size=tokenizer.vocab_size), rngs=nnx.Rngs(0)), directory)
     tokenizer.save_pretrained(directory)
-    probe = copy_probe(settings, directory, runs, tokenizer)
+    pairs = probe_pairs(settings, runs)
+    assert [run.id for run, _ in pairs] == [runs[0].id] and pairs[0][1].id == f"{runs[0].id}-renamed3"
+    probe = copy_probe(settings, settings.examples, str(tmp_path), directory, pairs, tokenizer)
+    assert read_json(str(tmp_path / "sft" / "copy_probe.json")) == probe.to_dict()
     assert probe.counts["actions"] > probe.counts["copyable"] >= probe.counts["novel"] > 0
     assert all(0.0 <= value <= 1.0 for value in (probe.actions, probe.copyable, probe.novel))

@@ -34,9 +34,8 @@ import builtins
 import keyword
 import os
 import random
-import re
 import string
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,15 +89,6 @@ def renaming(nouns: Sequence[str], rng: random.Random, avoid: Iterable[str] = ()
             taken.add(word)
             fresh.append(word)
     return dict(zip(nouns, fresh, strict=True))
-
-
-def rename(text: str, mapping: Mapping[str, str]) -> str:
-    """``text`` with every whole-word occurrence of a key of ``mapping`` (alone, in a snake_case identifier,
-    or plural) replaced by its value, in one pass (a new name is never renamed again)."""
-    if not mapping:
-        return text
-    words = "|".join(re.escape(word) for word in sorted(mapping, key=len, reverse=True))
-    return re.sub(rf"(?<![A-Za-z])({words})(?=s?(?![A-Za-z]))", lambda match: mapping[match.group(1)], text)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from orchard.data.trajectory import Message, Trajectory
+from orchard.data.renaming import renamed_copy
+from orchard.data.trajectory import Trajectory
 from orchard.eval.splits import split_by_id
 from orchard.seeds import seeded_random
 from orchard.tasks.swe.instance import SWEInstance
@@ -44,7 +45,6 @@ from orchard.tasks.swe.procedural import (
     STYLES,
     VOCABULARY_NAMES,
     RepoSpec,
-    rename,
     renaming,
     repository_nouns,
     vocabulary_nouns,
@@ -225,14 +225,5 @@ def renamed_runs(trajectories: Sequence[Trajectory], config: ProceduralConfig, s
             rng = seeded_random(seed, "sft-renaming", run.id, copy)
             mapping = renaming(nouns, rng)
             mapping[spec.name] = renaming([spec.name], rng, avoid=mapping.values())[spec.name] + f"kit{number}"
-            messages = [_renamed(message, mapping) for message in run.messages]
-            out.append(run.model_copy(update={"id": f"{run.id}-renamed{copy}", "messages": messages}))
+            out.append(renamed_copy(run, mapping, copy))
     return out
-
-
-def _renamed(message: Message, mapping: dict[str, str]) -> Message:
-    calls = [call.model_copy(update={"arguments": {key: rename(value, mapping) if isinstance(value, str) else value
-                                                   for key, value in call.arguments.items()}})
-             for call in message.tool_calls]
-    return message.model_copy(update={"content": rename(message.content, mapping), "tool_calls": calls,
-                                      "reasoning": message.reasoning and rename(message.reasoning, mapping)})
