@@ -74,7 +74,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
                                    "clip_norm": 1.0, "frozen": (), "master_dtype": ""})
     config.sft.examples = ConfigDict({"eval_fraction": 0.1, "epsilon": 0.05, "observation_weight": 0.0,
                                       "unresolved": "rise", "select": "all", "fraction": 1.0, "token_budget": 0.0,
-                                      "selection_seed": 0, "synthetic_tasks": 0, "copy_lessons": 0})
+                                      "selection_seed": 0, "synthetic_tasks": 0, "renamings": 0, "copy_lessons": 0})
 
     # Stage 4: GRPO, 4 prompts x groups of 4 (the paper's 8 x 8 scaled down), binary reward, no KL, clip 0.2 / 0.28.
     config.rl = ConfigDict({"num_steps": 4, "checkpoint_every": 2, "prompts_per_step": 4, "updates_per_batch": 1,

@@ -55,11 +55,21 @@ from orchard.harness.core import Harness
 from orchard.harness.episode import EpisodeRunner, SandboxPool
 from orchard.recipes.family import Context, Family, Split, Teaching
 from orchard.recipes.sft_data import ExamplesConfig
-from orchard.recipes.stages import Made, SharedStages, message_texts, shared_stages, task_ids, text_sft_stage
+from orchard.recipes.stages import (
+    PROBE_RUNS,
+    Made,
+    SharedStages,
+    copy_probe,
+    message_texts,
+    shared_stages,
+    task_ids,
+    text_sft_stage,
+)
 from orchard.tasks.claw.collect import collect
 from orchard.tasks.claw.families import FAMILIES
 from orchard.tasks.claw.generate import generate_tasks, read_tasks, write_tasks
 from orchard.tasks.claw.oracle import VARIANTS, plan_teacher
+from orchard.tasks.claw.renaming import renamed_episodes
 from orchard.tasks.claw.spec import ClawTaskSpec
 from orchard.tasks.claw.task import ClawTask
 from orchard.workdir import Stage
@@ -204,10 +214,20 @@ async def teacher_stage(ctx: Context, split: Split) -> Teaching:
     return Teaching(collection.kept, summary, stage.fingerprint)
 
 
+def probe_pairs(trajectories: Sequence[Trajectory], specs: dict[str, ClawTaskSpec], seed: int,
+                renamings: int) -> list[tuple[Trajectory, Trajectory]]:
+    """The copy probe's episodes (:func:`~orchard.recipes.stages.copy_probe`): up to :data:`PROBE_RUNS` passed
+    teacher episodes of tasks that invented their cast, each with its copy renamed at an index
+    (``renamings``) no SFT row used."""
+    pairs = [(run, renamed) for run in trajectories if run.outcome.resolved
+             for renamed in renamed_episodes([run], specs, seed, 1, first=renamings)]
+    return pairs[:PROBE_RUNS]
+
+
 class ClawFamily(Family):
     name = "claw"
-    # a text policy's, and the renaming of SWE's generated repositories
-    unread_fields = ("sft.images_per_row", "rl.context_images", "rl.images_per_row", "examples.renamings")
+    # a text policy's
+    unread_fields = ("sft.images_per_row", "rl.context_images", "rl.images_per_row")
     title = "Orchard-Claw: held-out tasks"
     measures = ("pass_hat_k", "pass_at_k", "mean_score", "safety_violations")
 
@@ -242,6 +262,10 @@ class ClawFamily(Family):
         if config.chat_format not in TOOL_FORMATS:
             problems.append(f"chat.format must write tool calls: one of {', '.join(TOOL_FORMATS)}, got "
                             f"{config.chat_format!r}")
+        families = tasks.families or tuple(FAMILIES)
+        if config.examples.renamings and not any(hasattr(FAMILIES.get(f), "recast") for f in families):
+            problems.append("sft.examples.renamings renames the casts that tasks invent: none of the families "
+                            f"{', '.join(families)} invents one (quick_action does)")
         if config.eval.samples < PASS_K:
             problems.append(f"eval.samples must be at least {PASS_K}: pass^{PASS_K} and pass@{PASS_K} need as many "
                             "episodes a task")
@@ -265,8 +289,18 @@ class ClawFamily(Family):
 
     def sft(self, ctx: Context, workdir: str, trajectories: Sequence[Trajectory], tokenizer: Tokenizer,
             tokenizer_made: Made, inputs: dict[str, str]) -> Made:
-        return text_sft_stage(ctx.settings, workdir, ctx.settings.examples, trajectories, tokenizer,
-                              tokenizer_made.directory, inputs, ctx.rerun)
+        """SFT on the teacher's episodes and ``sft.examples.renamings`` renamed copies of each whose task invented
+        its cast; with copies, the copy probe of the policy after it."""
+        settings = ctx.settings
+        renamings = settings.examples.renamings
+        specs = {task.spec.id: task.spec for task in tasks_stage(settings, ctx.workdir, False).sft} if renamings else {}
+        renamed = renamed_episodes(trajectories, specs, settings.seed, renamings)
+        policy = text_sft_stage(settings, workdir, settings.examples, [*trajectories, *renamed], tokenizer,
+                                tokenizer_made.directory, inputs, ctx.rerun)
+        if renamed:  # whether the policy copies names it cannot have seen (a diagnostic)
+            copy_probe(settings, settings.examples, workdir, policy.directory,
+                       probe_pairs(trajectories, specs, settings.seed, renamings), tokenizer, ctx.mesh)
+        return policy
 
     def eval_harnesses(self, ctx: Context) -> dict[str, Harness]:
         return {name: make_harness(name) for name in ctx.settings.harness.eval}

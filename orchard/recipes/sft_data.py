@@ -61,8 +61,9 @@ class ExamplesConfig:
     fraction: float = 1.0
     token_budget: float = 0.0
     selection_seed: int = 0  # the selection's and the budget's order (the split into train and eval keeps `seed`)
-    # SWE's generated repositories: copies of each teacher run with its repository's names coined anew
-    # (orchard.tasks.swe.skills.renamed_runs), so that names are copied, not recalled; 0: none.
+    # Copies of each teacher run with its names coined anew, so that names are copied, not recalled; 0: none. SWE's
+    # generated repositories (orchard.tasks.swe.skills.renamed_runs), Claw's invented casts
+    # (orchard.tasks.claw.renaming).
     renamings: int = 0
     # Copying lessons (orchard.data.copying) mixed into the training examples, for a policy trained from scratch:
     # kept in SFT, the copying that the lessons before it taught is not trained away; 0: none.

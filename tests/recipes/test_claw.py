@@ -13,9 +13,9 @@ import pytest
 
 from configs.claw_cross_harness import get_config as cross_config
 from configs.claw_grpo import get_config
-from orchard.data.trajectory import read_trajectories
+from orchard.data.trajectory import Message, Outcome, Trajectory, read_trajectories
 from orchard.eval.claw_score import claw_table
-from orchard.recipes.claw import CLAW, PASS_K, held_out_set, tasks_stage
+from orchard.recipes.claw import CLAW, PASS_K, held_out_set, probe_pairs, tasks_stage
 from orchard.recipes.report import summary_table
 from orchard.recipes.runner import eval_directory, run
 from orchard.recipes.stages import STAGES, episodes_path, sampled_change
@@ -24,7 +24,7 @@ from orchard.tasks.claw.families import FAMILIES
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.parametrize("config", [get_config(v) for v in ("tiny", "smoke", "qwen3_30b_a3b")]
+@pytest.mark.parametrize("config", [get_config(v) for v in ("tiny", "smoke", "skills", "qwen3_30b_a3b")]
                          + [cross_config(v) for v in ("tiny", "small")])
 def test_shipped_configs_pass_the_check(config):
     assert CLAW.check_config(config) == []
@@ -38,10 +38,30 @@ def test_the_check_names_each_problem():
     config.teacher.variants = ("clean", "sloppy")
     config.rl.seq_len = 1024
     config.tasks.rl_fraction = 1.0
+    config.tasks.update({"families": ("inbox_triage", "todo_from_mail"), "held_out_family": "todo_from_mail"})
+    config.sft.examples.renamings = 2
     problems = "\n".join(CLAW.check_config(config))
     for expected in ("must write tool calls", "eval.samples must be at least 3", "['openhands'] are not Claw harnesses",
-                     "['sloppy'] are not among", "rl.seq_len (1024)", "tasks.rl_fraction must be in [0, 1)"):
+                     "['sloppy'] are not among", "rl.seq_len (1024)", "tasks.rl_fraction must be in [0, 1)",
+                     "renamings renames the casts that tasks invent: none of the families inbox_triage, todo_from_mail"):
         assert expected in problems, expected
+
+
+def test_the_copy_probe_renames_passed_episodes_of_invented_casts_past_sfts_copies():
+    quick = FAMILIES["quick_action"]
+    specs = {spec.id: spec for spec in (quick.make({"action": "add_todo", "wording": 0, "cast": cast}, 5)
+                                        .model_copy(update={"id": f"quick_action-{cast}"}) for cast in ("invented", "real"))}
+
+    def episode(task_id: str, passed: bool) -> Trajectory:
+        return Trajectory(id=f"{task_id}-{passed}", task_id=task_id, messages=[
+            Message(role="user", content=specs[task_id].prompt)], outcome=Outcome(reward=1.0 if passed else -1.0,
+                                                                                 resolved=passed))
+
+    runs = [episode("quick_action-invented", True), episode("quick_action-invented", False),
+            episode("quick_action-real", True)]  # a failed episode and a real cast's: not probed
+    pairs = probe_pairs(runs, specs, seed=0, renamings=4)
+    assert [(run.id, copy.id) for run, copy in pairs] == [(runs[0].id, f"{runs[0].id}-renamed4")]
+    assert pairs[0][1].messages[0].content != runs[0].messages[0].content
 
 
 def test_the_split_holds_out_a_whole_family_and_carves_validation_from_training(tmp_path):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from orchard.tasks.claw.families.base import (
@@ -62,6 +62,12 @@ class Cast:
     todo_actions: tuple[tuple[str, str], ...]  # a new to-do item: (what to do, the keyword its title must have)
     todo_titles: tuple[str, ...]  # items already on the list
     mail_topics: tuple[tuple[str, str], ...]  # everyday mail: (subject, body template), as base.WORK_MAIL
+    projects: tuple[str, ...] = ()  # an invented cast's made-up projects, which its titles and subjects are about
+
+    @property
+    def coined(self) -> set[str]:
+        """The words of its names and projects."""
+        return {*self.first_names, *self.last_names, *self.projects}
 
 
 # The held-out cast: real names and everyday titles that no other family and no invented cast has.
@@ -130,9 +136,10 @@ def invented_cast(rng: random.Random) -> Cast:
     mail_topics = tuple((rng.choice(MAIL_SUBJECTS).format(project=project, noun=noun),
                          rng.choice(MAIL_BODIES).format(project=project, noun=noun))
                         for project, noun in zip(projects[13:], rng.sample(TODO_NOUNS, 6), strict=True))
-    return Cast(first_names=distinct(lambda: invented_word(rng, 2), 8),
-                last_names=distinct(lambda: invented_word(rng, 3), 8),
-                todo_actions=todo_actions, todo_titles=todo_titles, mail_topics=mail_topics)
+    first_names = distinct(lambda: invented_word(rng, 2), 8)
+    last_names = distinct(lambda: invented_word(rng, 3), 8)
+    return Cast(first_names=first_names, last_names=last_names, todo_actions=todo_actions, todo_titles=todo_titles,
+                mail_topics=mail_topics, projects=projects)
 
 
 EXTRA_TOOLS = ["mail_list", "mail_read", "contacts_get", "todo_list", "calendar_list", "notifications_list"]
@@ -188,12 +195,33 @@ def _todos(rng, now, cast: Cast) -> list[dict[str, Any]]:
              "done": rng.random() < 0.3} for title in rng.sample(cast.todo_titles, rng.randint(2, 4))]
 
 
-def make(params: dict[str, Any], seed: int) -> ClawTaskSpec:
-    """One task for ``params`` (action, wording, cast) and ``seed``."""
+def _opening(params: dict[str, Any], seed: int) -> tuple[random.Random, datetime, Cast]:
+    """A task's generator, its clock and its cast: what :func:`make` draws first."""
     rng = rng_for(NAME, params, seed)
     now = task_now(rng)
+    return rng, now, invented_cast(rng) if params["cast"] == "invented" else REAL_CAST
+
+
+def recast(params: dict[str, Any], seed: int, rng: random.Random) -> dict[str, str]:
+    """A renaming of the task of ``params`` and ``seed`` to a fresh invented cast drawn with ``rng``: each name and
+    project its cast made up to the new cast's word in the same role (names in lower case too, as in mail
+    addresses; no new word is an old one); none for the real cast. A renamed copy of the task's episodes applies it
+    (:mod:`orchard.tasks.claw.renaming`)."""
+    if params["cast"] != "invented":
+        return {}
+    old = _opening(params, seed)[2]
+    while (new := invented_cast(rng)).coined & old.coined:  # no new word is an old one in another role
+        pass
+    mapping = dict(zip(old.projects, new.projects, strict=True))
+    for name, fresh in zip(old.first_names + old.last_names, new.first_names + new.last_names, strict=True):
+        mapping |= {name: fresh, name.lower(): fresh.lower()}
+    return mapping
+
+
+def make(params: dict[str, Any], seed: int) -> ClawTaskSpec:
+    """One task for ``params`` (action, wording, cast) and ``seed``."""
+    rng, now, cast = _opening(params, seed)
     action = params["action"]
-    cast = invented_cast(rng) if params["cast"] == "invented" else REAL_CAST
     if action in ("contact_email", "contact_phone"):
         task = _contact_task(rng, "email" if action == "contact_email" else "phone", cast)
     elif action == "add_todo":
