@@ -11,18 +11,16 @@ and the SFT stage's memory per device on its mesh and launches nothing. See conf
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 from absl import app, flags
-from absl import logging as absl_logging
 from ml_collections import ConfigDict, config_flags
 
 from orchard import distributed
 from orchard.config import from_config
 from orchard.data.tokenizer import Tokenizer
 from orchard.models.shipped import resolve
-from orchard.recipes.cli import dry_run
+from orchard.recipes.cli import dry_run, log_progress
 from orchard.recipes.sft_data import ExamplesConfig, build_examples
 from orchard.train.follow import follow_controller
 from orchard.train.sft import SFTConfig, train_and_evaluate
@@ -47,8 +45,7 @@ def export_model(model: str, export: str) -> None:
 
 
 def main(_: list[str]) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO
+    log_progress()
     config, workdir, rerun = flags.FLAGS.config, flags.FLAGS.workdir, flags.FLAGS.rerun
     if flags.FLAGS["dry-run"].value:
         dry_run(config, [])

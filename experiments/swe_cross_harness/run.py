@@ -11,14 +11,13 @@ Writes the workdir's ``config.json``, ``summary.json`` (the matrix and the in- t
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 
 from absl import app, flags
-from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from orchard.recipes.cli import log_progress
 from orchard.recipes.cross_harness import run
 from orchard.recipes.report import matrix_passes, plot_matrix
 from orchard.recipes.swe import SWE
@@ -31,8 +30,7 @@ flags.DEFINE_bool("rerun", False, "redo the stages whose config or inputs change
 
 
 def main(_: list[str]) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    absl_logging.set_verbosity(absl_logging.WARNING)
+    log_progress()
     config, workdir = flags.FLAGS.config, flags.FLAGS.workdir
     if problems := SWE.check_config(config):
         sys.exit("config errors:\n  " + "\n  ".join(problems))

@@ -46,6 +46,14 @@ def define_recipe_flags(config_file: str, variant: str, workdir: str) -> None:
                       "instead of stopping")
 
 
+def log_progress() -> None:
+    """Log INFO and above to stderr, as a job says what it did, with absl's own records (Orbax logs every save)
+    at WARNING only. ``app.run`` has put absl's handler on the root logger at WARNING, where a plain
+    ``logging.basicConfig`` would change nothing: the stages' INFO records were dropped."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    absl_logging.set_verbosity(absl_logging.WARNING)
+
+
 def recipe_main(run: Callable[..., Any], check: Callable[[ConfigDict], list[str]],
                 finish: Callable[[Any, str], None]) -> Callable[[list[str]], None]:
     """``main`` for ``app.run``: check the config (and stop there on ``--dry-run``), run the recipe, then
@@ -54,8 +62,7 @@ def recipe_main(run: Callable[..., Any], check: Callable[[ConfigDict], list[str]
     follow it into its training stages."""
 
     def main(_: list[str]) -> None:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO
+        log_progress()
         config, workdir = flags.FLAGS.config, flags.FLAGS.workdir
         problems = check(config)
         if flags.FLAGS["dry-run"].value:
