@@ -46,12 +46,19 @@ def define_recipe_flags(config_file: str, variant: str, workdir: str) -> None:
                       "instead of stopping")
 
 
+# Libraries whose INFO records are one a request or a start-up probe (httpx logs every call to the services and
+# sandboxes, JAX each accelerator it looks for): WARNING and above only.
+CHATTY_LOGGERS = ("httpx", "httpcore", "jax._src.xla_bridge")
+
+
 def log_progress() -> None:
     """Log INFO and above to stderr, as a job says what it did, with absl's own records (Orbax logs every save)
-    at WARNING only. ``app.run`` has put absl's handler on the root logger at WARNING, where a plain
-    ``logging.basicConfig`` would change nothing: the stages' INFO records were dropped."""
+    and :data:`CHATTY_LOGGERS` at WARNING only. ``app.run`` has put absl's handler on the root logger at
+    WARNING, where a plain ``logging.basicConfig`` would change nothing: the stages' INFO records were dropped."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     absl_logging.set_verbosity(absl_logging.WARNING)
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def recipe_main(run: Callable[..., Any], check: Callable[[ConfigDict], list[str]],
