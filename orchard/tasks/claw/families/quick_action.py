@@ -16,9 +16,7 @@ which the unsafe plan makes.
 
 from __future__ import annotations
 
-import functools
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -98,18 +96,10 @@ REAL_CAST = Cast(
 )
 
 # The training cast is invented afresh for every task, so that no name or title can be learned as such: a
-# policy has to copy them from the request and the tools' answers. First names and projects are two syllables,
-# last names two or three; to-do items and mail are about the projects ("Review the Tavomel budget"). Syllables
-# take many shapes (:func:`_syllable`), so that an invented word falls into short pieces under the policy's BPE
-# as a real name does ("Kruger": "K", "ru", "g", "er"). Drawn from 24 fixed syllables, invented names became
-# pieces of their own and real names came apart into pieces no training name had.
-CONSONANTS = "bcdfghjklmnprstvwyz"
-CLUSTERS = ("bl", "br", "ch", "cl", "cr", "dr", "fl", "fr", "gl", "gr", "kr", "pl", "pr", "qu", "sh", "sk", "sl", "sp",
-            "st", "th", "tr", "wh")
-VOWELS = "aeiou"
-DIPHTHONGS = ("ai", "au", "ea", "ee", "ei", "ie", "oa", "oo", "ou")
-CODAS = ("b", "ck", "d", "g", "k", "l", "ll", "m", "n", "nd", "ng", "nk", "p", "r", "rd", "rn", "s", "ss", "st", "t",
-         "x")
+# policy has to copy them from the request and the tools' answers. Names are two or three syllables; to-do
+# items and mail are about invented projects ("Review the Tavomel budget").
+SYLLABLES = ("ba", "ko", "ri", "mel", "ta", "vin", "so", "lu", "dar", "ne", "pa", "zo", "ru", "ka", "fen", "mi",
+             "tor", "ga", "le", "shu", "bo", "ven", "di", "sa")
 TODO_VERBS = ("review", "update", "submit", "order", "renew", "print", "sign", "send", "check", "draft", "book",
               "share")
 TODO_NOUNS = ("budget", "report", "contract", "slides", "invoice", "roadmap", "survey", "badge", "checklist",
@@ -122,30 +112,11 @@ MAIL_BODIES = ("Hi {{first}},\n\nA few notes on the {project} {noun} are on the 
 
 
 def invented_word(rng: random.Random, syllables: int) -> str:
-    """A capitalised word of ``syllables`` syllables that is none of the words the family writes itself: no
-    word of the real cast, of a request's wording or of the titles' and mails' templates."""
+    """A capitalised word of ``syllables`` syllables, none of them a real cast's name."""
     while True:
-        word = "".join(_syllable(rng) for _ in range(syllables))
-        if word not in _written_words():
-            return word.capitalize()
-
-
-def _syllable(rng: random.Random) -> str:
-    """Mostly a consonant and a vowel, sometimes with no consonant or two, two vowels, or a closing consonant."""
-    draw = rng.random()
-    onset = "" if draw < 0.15 else rng.choice(CLUSTERS) if draw > 0.85 else rng.choice(CONSONANTS)
-    nucleus = rng.choice(DIPHTHONGS) if rng.random() < 0.15 else rng.choice(VOWELS)
-    return onset + nucleus + (rng.choice(CODAS) if rng.random() < 0.3 else "")
-
-
-@functools.cache
-def _written_words() -> frozenset[str]:
-    """Every word (lower case) of the real cast, the requests, and the to-do and mail templates."""
-    real = REAL_CAST
-    texts = [*real.first_names, *real.last_names, *real.todo_titles, *(w for pair in real.todo_actions for w in pair),
-             *(w for pair in real.mail_topics for w in pair), *TODO_VERBS, *TODO_NOUNS, *MAIL_SUBJECTS, *MAIL_BODIES,
-             *(prompt for wordings in PROMPTS.values() for prompt in wordings)]
-    return frozenset(word.lower() for text in texts for word in re.findall(r"[A-Za-z]+", text))
+        word = "".join(rng.choice(SYLLABLES) for _ in range(syllables)).capitalize()
+        if word not in REAL_CAST.first_names + REAL_CAST.last_names:
+            return word
 
 
 def invented_cast(rng: random.Random) -> Cast:
@@ -157,7 +128,7 @@ def invented_cast(rng: random.Random) -> Cast:
                 made.append(item)
         return tuple(made)
 
-    projects = distinct(lambda: invented_word(rng, 2), 19)
+    projects = distinct(lambda: invented_word(rng, rng.choice((2, 3))), 19)
     todo_actions = tuple((f"{rng.choice(TODO_VERBS)} the {project} {rng.choice(TODO_NOUNS)}", project.lower())
                          for project in projects[:6])
     todo_titles = tuple(capitalised(f"{rng.choice(TODO_VERBS)} the {project} {rng.choice(TODO_NOUNS)}")
@@ -166,7 +137,7 @@ def invented_cast(rng: random.Random) -> Cast:
                          rng.choice(MAIL_BODIES).format(project=project, noun=noun))
                         for project, noun in zip(projects[13:], rng.sample(TODO_NOUNS, 6), strict=True))
     first_names = distinct(lambda: invented_word(rng, 2), 8)
-    last_names = distinct(lambda: invented_word(rng, rng.choice((2, 3))), 8)
+    last_names = distinct(lambda: invented_word(rng, 3), 8)
     return Cast(first_names=first_names, last_names=last_names, todo_actions=todo_actions, todo_titles=todo_titles,
                 mail_topics=mail_topics, projects=projects)
 
