@@ -35,6 +35,7 @@ that an untrained policy's episodes end within the CPU budget; GRPO's batch and 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -219,9 +220,9 @@ def probe_pairs(trajectories: Sequence[Trajectory], specs: dict[str, ClawTaskSpe
     """The copy probe's episodes (:func:`~orchard.recipes.stages.copy_probe`): up to :data:`PROBE_RUNS` passed
     teacher episodes of tasks that invented their cast, each with its copy renamed at an index
     (``renamings``) no SFT row used."""
-    pairs = [(run, renamed) for run in trajectories if run.outcome.resolved
-             for renamed in renamed_episodes([run], specs, seed, 1, first=renamings)]
-    return pairs[:PROBE_RUNS]
+    pairs = ((run, renamed) for run in trajectories if run.outcome.resolved
+             for renamed in renamed_episodes([run], specs, seed, 1, first=renamings))
+    return list(itertools.islice(pairs, PROBE_RUNS))  # renames no more episodes than it keeps
 
 
 class ClawFamily(Family):

@@ -18,7 +18,7 @@ from orchard.eval.claw_score import claw_table
 from orchard.recipes.claw import CLAW, PASS_K, held_out_set, probe_pairs, tasks_stage
 from orchard.recipes.report import summary_table
 from orchard.recipes.runner import eval_directory, run
-from orchard.recipes.stages import STAGES, episodes_path, sampled_change
+from orchard.recipes.stages import STAGES, Made, episodes_path, sampled_change
 from orchard.tasks.claw.families import FAMILIES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,6 +45,38 @@ def test_the_check_names_each_problem():
                      "['sloppy'] are not among", "rl.seq_len (1024)", "tasks.rl_fraction must be in [0, 1)",
                      "renamings renames the casts that tasks invent: none of the families inbox_triage, todo_from_mail"):
         assert expected in problems, expected
+
+
+def test_sft_trains_on_renamed_copies_of_the_teachers_episodes_and_probes_copying(tmp_path, monkeypatch):
+    import orchard.recipes.claw as claw_recipe
+    from orchard.recipes.family import Context
+
+    config = get_config("skills")
+    config.tasks.count_per_family = 10
+    config.sft.examples.renamings = 2
+    settings = CLAW.typed(config)
+    split = tasks_stage(settings, str(tmp_path), rerun=False)
+    runs = [Trajectory(id=f"run-{task.id}", task_id=task.id, messages=[Message(role="user", content=task.spec.prompt)],
+                       outcome=Outcome(reward=1.0, resolved=True)) for task in split.sft]
+    trained, probed = {}, {}
+    policy = Made(str(tmp_path / "sft" / "model"), "made-by")
+
+    def sft_stage(settings, workdir, examples, trajectories, *rest):
+        trained["runs"] = trajectories
+        return policy
+
+    def probe(settings, examples, workdir, policy_dir, pairs, *rest):
+        probed.update(policy=policy_dir, pairs=pairs)
+
+    monkeypatch.setattr(claw_recipe, "text_sft_stage", sft_stage)
+    monkeypatch.setattr(claw_recipe, "copy_probe", probe)
+    ctx = Context(settings=settings, workdir=str(tmp_path), rerun=False, client=None)
+    assert CLAW.sft(ctx, str(tmp_path / "sft"), runs, None, Made("", ""), {}) == policy
+    assert {task.spec.params["cast"] for task in split.sft} == {"invented"}  # so every episode has copies
+    assert [run.id for run in trained["runs"]] == [run.id for run in runs] + [
+        f"{run.id}-renamed{copy}" for run in runs for copy in (0, 1)]
+    assert probed["policy"] == policy.directory
+    assert [(run.id, copy.id) for run, copy in probed["pairs"]] == [(run.id, f"{run.id}-renamed2") for run in runs]
 
 
 def test_the_copy_probe_renames_passed_episodes_of_invented_casts_past_sfts_copies():
